@@ -1,0 +1,182 @@
+"""The admin API under /admin/v1, guarded by SLUICEGATE_ADMIN_TOKEN (compared in constant time)."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import hmac
+import io
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from redis.exceptions import RedisError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.api import services_of
+from gateway.auth import bearer_token
+from gateway.calls import read_body
+from gateway.config import MODEL_NAME_RE
+from gateway.errors import ErrorCode, GatewayError
+from gateway.keystore import TEAM_NAME_RE, KeyNotFoundError, TeamExistsError, TeamNotFoundError
+from gateway.services import Services
+
+_ADMIN_BODY_LIMIT = 64 * 1024
+Handler = Callable[[Request, Services], Awaitable[Response]]
+
+
+def _json(data: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+def _guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        services = services_of(request.scope)
+        expected = services.settings.admin_token
+        if not expected:
+            raise GatewayError(
+                ErrorCode.ADMIN_DISABLED,
+                "The admin API is disabled: start the gateway with SLUICEGATE_ADMIN_TOKEN set.",
+            )
+        given = bearer_token(request.headers) or ""
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            raise GatewayError(ErrorCode.ADMIN_UNAUTHORIZED, "Missing or wrong admin token.")
+        try:
+            return await handler(request, services)
+        except RedisError:
+            raise GatewayError(
+                ErrorCode.REDIS_UNAVAILABLE, "Redis is unavailable; try again shortly."
+            ) from None
+
+    return endpoint
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    raw = await read_body(request, _ADMIN_BODY_LIMIT)
+    try:
+        body = orjson.loads(raw or b"{}")
+    except orjson.JSONDecodeError:
+        raise GatewayError(ErrorCode.INVALID_JSON, "The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise GatewayError(ErrorCode.INVALID_REQUEST, "The request body must be a JSON object.")
+    return body
+
+
+def _team_name(value: Any, param: str = "team") -> str:
+    if not isinstance(value, str) or not TEAM_NAME_RE.match(value):
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST,
+            f"'{param}' must be 1-63 characters of lowercase letters, digits, '-' and '_', "
+            "starting with a letter or digit.",
+            param=param,
+        )
+    return value
+
+
+async def create_team(request: Request, services: Services) -> Response:
+    name = _team_name((await _json_body(request)).get("name"), "name")
+    try:
+        team = await services.keystore.create_team(name)
+    except TeamExistsError:
+        raise GatewayError(
+            ErrorCode.TEAM_EXISTS, f"The team '{name}' already exists.", param="name"
+        ) from None
+    return _json(team, 201)
+
+
+async def list_teams(request: Request, services: Services) -> Response:
+    return _json({"object": "list", "data": [{"name": t} for t in await services.keystore.list_teams()]})
+
+
+async def create_key(request: Request, services: Services) -> Response:
+    body = await _json_body(request)
+    team = _team_name(body.get("team"))
+    name = body.get("name", "")
+    if not isinstance(name, str) or len(name) > 200:
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST,
+            "'name' must be a string of at most 200 characters.",
+            param="name",
+        )
+    models = body.get("models")
+    if models is not None and (
+        not isinstance(models, list)
+        or not models
+        or not all(isinstance(m, str) and MODEL_NAME_RE.match(m) for m in models)
+    ):
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST,
+            "'models' must be a non-empty list of model names.",
+            param="models",
+        )
+    rpm = body.get("rpm")
+    if rpm is not None and (isinstance(rpm, bool) or not isinstance(rpm, int) or rpm < 1):
+        raise GatewayError(ErrorCode.INVALID_REQUEST, "'rpm' must be a positive integer.", param="rpm")
+    try:
+        record, secret = await services.keystore.create_key(team, name=name, models=models, rpm=rpm)
+    except TeamNotFoundError:
+        raise GatewayError(
+            ErrorCode.TEAM_NOT_FOUND, f"The team '{team}' does not exist.", param="team"
+        ) from None
+    return _json({**record.public(), "key": secret}, 201)
+
+
+async def list_keys(request: Request, services: Services) -> Response:
+    team = _team_name(request.query_params.get("team"))
+    if not await services.keystore.team_exists(team):
+        raise GatewayError(ErrorCode.TEAM_NOT_FOUND, f"The team '{team}' does not exist.", param="team")
+    keys = await services.keystore.list_keys(team)
+    return _json({"object": "list", "data": [k.public() for k in keys]})
+
+
+async def revoke_key(request: Request, services: Services) -> Response:
+    key_id = request.path_params["key_id"]
+    try:
+        record, secret_hash = await services.keystore.revoke(key_id)
+    except KeyNotFoundError:
+        raise GatewayError(ErrorCode.KEY_NOT_FOUND, f"No key has the id '{key_id}'.") from None
+    services.auth.forget(secret_hash)
+    return _json(record.public())
+
+
+def _date(request: Request, name: str) -> dt.date | None:
+    value = request.query_params.get(name)
+    if not value:
+        return None
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST, f"'{name}' must be a date as YYYY-MM-DD.", param=name
+        ) from None
+
+
+async def usage(request: Request, services: Services) -> Response:
+    team = request.query_params.get("team")
+    teams = [_team_name(team)] if team else await services.keystore.list_teams()
+    rows = await services.meter.report(teams, _date(request, "since"), _date(request, "until"))
+    for name in ("key", "model"):
+        wanted = request.query_params.get(name)
+        if wanted:
+            rows = [r for r in rows if r["key_id" if name == "key" else "model"] == wanted]
+    if request.query_params.get("format") == "csv":
+        out = io.StringIO()
+        if rows:
+            writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        return Response(out.getvalue(), media_type="text/csv")
+    return _json({"object": "list", "data": rows})
+
+
+def admin_routes() -> list[Route]:
+    return [
+        Route("/admin/v1/teams", _guarded(create_team), methods=["POST"]),
+        Route("/admin/v1/teams", _guarded(list_teams), methods=["GET"]),
+        Route("/admin/v1/keys", _guarded(create_key), methods=["POST"]),
+        Route("/admin/v1/keys", _guarded(list_keys), methods=["GET"]),
+        Route("/admin/v1/keys/{key_id}", _guarded(revoke_key), methods=["DELETE"]),
+        Route("/admin/v1/usage", _guarded(usage), methods=["GET"]),
+    ]

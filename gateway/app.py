@@ -1,0 +1,149 @@
+"""create_app(settings, table): the whole gateway as one Starlette app, built without globals.
+
+Middleware order (outermost first): Starlette's ServerErrorMiddleware (a bug becomes a 500
+envelope), RequestContextMiddleware (request id, access log, request metrics), then the router
+with its exception handlers that map every GatewayError to its status and envelope once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.exceptions import RedisError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway import api, calls
+from gateway.admin import admin_routes
+from gateway.auth import Authenticator
+from gateway.config import ModelTable, Settings
+from gateway.errors import ErrorCode, GatewayError, from_http_status
+from gateway.keystore import KeyStore
+from gateway.metering import Meter
+from gateway.metrics import Metrics
+from gateway.middleware import RequestContextMiddleware
+from gateway.ratelimit import RateLimiter
+from gateway.routing.pool import Router
+from gateway.services import Services
+from gateway.upstream import Upstream, new_session
+
+log = logging.getLogger("sluicegate.app")
+
+
+def connect_redis(settings: Settings) -> Redis:
+    """A bounded pool: under a Redis stall requests wait at most `redis_timeout_s` for a
+    connection and for an answer, then fail with a clear 503 instead of piling up."""
+    pool = BlockingConnectionPool.from_url(
+        settings.redis_url,
+        max_connections=settings.redis_max_connections,
+        timeout=settings.redis_timeout_s,
+        socket_timeout=settings.redis_timeout_s,
+        socket_connect_timeout=settings.redis_timeout_s,
+        health_check_interval=30,
+    )
+    return Redis(connection_pool=pool)
+
+
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    return exc.response()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return from_http_status(exc.status_code, str(exc.detail)).response(exc.headers)
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> Response:
+    ctx = request.scope.get("state", {}).get("ctx")
+    log.error(
+        "unhandled error request_id=%s error=%s",
+        getattr(ctx, "request_id", "-"),
+        type(exc).__name__,
+        exc_info=exc,
+    )
+    return GatewayError(ErrorCode.INTERNAL_ERROR, "Internal error in the gateway.").response()
+
+
+def create_app(
+    settings: Settings,
+    table: ModelTable,
+    *,
+    registry: CollectorRegistry | None = None,
+    rng: random.Random | None = None,
+) -> Starlette:
+    metrics = Metrics(registry)
+    router = Router(table, rng=rng)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Services]]:
+        redis = connect_redis(settings)
+        session = new_session()
+        keystore = KeyStore(redis)
+        services = Services(
+            settings=settings,
+            redis=redis,
+            router=router,
+            keystore=keystore,
+            auth=Authenticator(keystore, cache_ttl_s=settings.key_cache_ttl_s),
+            limiter=RateLimiter(redis),
+            meter=Meter(redis),
+            metrics=metrics,
+            upstream=Upstream(session, router, metrics),
+        )
+        try:
+            yield {"services": services}
+        finally:
+            await session.close()
+            await redis.aclose()
+
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        services = api.services_of(request.scope)
+        checks: dict[str, str] = {}
+        try:
+            await services.redis.ping()
+            checks["redis"] = "ok"
+        except RedisError as exc:
+            checks["redis"] = f"unreachable ({type(exc).__name__})"
+        checks["endpoints"] = "ok" if router.has_endpoints() else "none configured"
+        ready = all(v == "ok" for v in checks.values())
+        return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+
+    routes = [
+        Route("/v1/chat/completions", api.ProxyEndpoint(calls.CHAT), methods=["POST"]),
+        Route("/v1/completions", api.ProxyEndpoint(calls.COMPLETIONS), methods=["POST"]),
+        Route("/v1/embeddings", api.ProxyEndpoint(calls.EMBEDDINGS), methods=["POST"]),
+        Route("/v1/models", api.list_models, methods=["GET"]),
+        *admin_routes(),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+    ]
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(RequestContextMiddleware, metrics=metrics)],
+        exception_handlers={
+            GatewayError: _gateway_error,
+            HTTPException: _http_error,
+            Exception: _unexpected_error,
+        },
+        lifespan=lifespan,
+    )
+
+
+__all__ = ["create_app"]

@@ -1,0 +1,227 @@
+"""`sluicegate`: serve, demo, check-config, and admin commands over the admin API.
+
+Admin commands talk HTTP to a running gateway (SLUICEGATE_URL, SLUICEGATE_ADMIN_TOKEN), so they
+work the same against a laptop demo and a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.config import ConfigError, ModelTable, Settings, load_model_table
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+class CliError(Exception):
+    pass
+
+
+def load_table(settings: Settings, path: str | None = None) -> ModelTable:
+    path = path or settings.config_path
+    if not path:
+        raise ConfigError("SLUICEGATE_CONFIG: set it to the path of the model table (YAML)")
+    return load_model_table(path)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.logs import configure_logging
+
+    settings = Settings.from_env()
+    table = load_table(settings)
+    configure_logging(settings.log_level)
+    uvicorn.run(
+        create_app(settings, table),
+        host=settings.host,
+        port=settings.port,
+        http="httptools",
+        loop="uvloop",
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=30,
+    )
+    return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    table = load_table(Settings.from_env(), args.path)
+    names = ", ".join(m.name for m in table.models) or "none"
+    print(f"ok: {len(table.models)} model(s): {names}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from gateway.demo import run_demo
+
+    return run_demo(host=args.host, port=args.port)
+
+
+class AdminClient:
+    def __init__(self, base_url: str, token: str | None) -> None:
+        self._base = base_url.rstrip("/")
+        self._token = token
+
+    @classmethod
+    def from_env(cls) -> AdminClient:
+        return cls(os.environ.get("SLUICEGATE_URL", DEFAULT_URL), os.environ.get("SLUICEGATE_ADMIN_TOKEN"))
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None, **query: Any) -> Any:
+        params = {k: v for k, v in query.items() if v is not None}
+        url = self._base + path + ("?" + urllib.parse.urlencode(params) if params else "")
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 -- http(s) only
+        request.add_header("content-type", "application/json")
+        if self._token:
+            request.add_header("authorization", f"Bearer {self._token}")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+                raw = response.read()
+                ctype = response.headers.get("content-type", "")
+        except urllib.error.HTTPError as exc:
+            raise CliError(_error_message(exc.code, exc.read())) from None
+        except urllib.error.URLError as exc:
+            raise CliError(f"cannot reach the gateway at {self._base}: {exc.reason}") from None
+        return json.loads(raw) if ctype.startswith("application/json") else raw.decode()
+
+
+def _error_message(status: int, body: bytes) -> str:
+    try:
+        message = json.loads(body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = body.decode(errors="replace")[:200]
+    return f"HTTP {status}: {message}"
+
+
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    cells = [[("-" if row.get(c) is None else str(row.get(c))) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(lines)
+
+
+def cmd_teams(args: argparse.Namespace) -> int:
+    client = AdminClient.from_env()
+    if args.action == "create":
+        team = client.call("POST", "/admin/v1/teams", {"name": args.name})
+        print(f"created team {team['name']}")
+    else:
+        for team in client.call("GET", "/admin/v1/teams")["data"]:
+            print(team["name"])
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    client = AdminClient.from_env()
+    if args.action == "create":
+        body: dict[str, Any] = {"team": args.team}
+        if args.name:
+            body["name"] = args.name
+        if args.models:
+            body["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
+        if args.rpm is not None:
+            body["rpm"] = args.rpm
+        key = client.call("POST", "/admin/v1/keys", body)
+        if args.json:
+            print(json.dumps(key))
+        else:
+            print(key["key"])
+            print(f"# id {key['id']}, team {key['team']}: the key is shown only now", file=sys.stderr)
+    elif args.action == "list":
+        keys = client.call("GET", "/admin/v1/keys", team=args.team)["data"]
+        for key in keys:
+            key["models"] = ",".join(key["models"]) if key["models"] else "*"
+        print(_table(keys, ["id", "name", "models", "rpm", "revoked"]))
+    else:
+        key = client.call("DELETE", f"/admin/v1/keys/{urllib.parse.quote(args.id)}")
+        print(f"revoked {key['id']}")
+    return 0
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    client = AdminClient.from_env()
+    fmt = "csv" if args.csv else None
+    result = client.call(
+        "GET", "/admin/v1/usage", team=args.team, since=args.since, until=args.until, format=fmt
+    )
+    if args.csv:
+        print(result, end="")
+    elif args.json:
+        print(json.dumps(result["data"]))
+    else:
+        columns = ["day", "team", "key_id", "model", "requests", "prompt_tokens", "completion_tokens"]
+        print(_table(result["data"], columns))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sluicegate", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="run the gateway (configured by SLUICEGATE_* variables)").set_defaults(
+        func=cmd_serve
+    )
+    check = sub.add_parser("check-config", help="validate the model table and exit")
+    check.add_argument("path", nargs="?", help="YAML file (default: $SLUICEGATE_CONFIG)")
+    check.set_defaults(func=cmd_check_config)
+    demo = sub.add_parser("demo", help="gateway + local Redis + demo worker, with a key printed")
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--port", type=int, default=8080)
+    demo.set_defaults(func=cmd_demo)
+
+    teams = sub.add_parser("teams", help="manage teams").add_subparsers(dest="action", required=True)
+    teams_create = teams.add_parser("create")
+    teams_create.add_argument("name")
+    teams.add_parser("list")
+    for p in teams.choices.values():
+        p.set_defaults(func=cmd_teams)
+
+    keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="action", required=True)
+    keys_create = keys.add_parser("create")
+    keys_create.add_argument("--team", required=True)
+    keys_create.add_argument("--name", default="")
+    keys_create.add_argument("--models", help="comma-separated model names this key may use")
+    keys_create.add_argument("--rpm", type=int, help="requests per minute")
+    keys_create.add_argument("--json", action="store_true", help="print {id, key, ...} as JSON")
+    keys_list = keys.add_parser("list")
+    keys_list.add_argument("--team", required=True)
+    keys_revoke = keys.add_parser("revoke")
+    keys_revoke.add_argument("id")
+    for p in keys.choices.values():
+        p.set_defaults(func=cmd_keys)
+
+    usage = sub.add_parser("usage", help="token usage per team, key, model and day")
+    usage.add_argument("--team")
+    usage.add_argument("--since", help="YYYY-MM-DD (inclusive)")
+    usage.add_argument("--until", help="YYYY-MM-DD (inclusive)")
+    usage.add_argument("--csv", action="store_true")
+    usage.add_argument("--json", action="store_true")
+    usage.set_defaults(func=cmd_usage)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""`sluicegate demo`: a local Redis, a demo worker and the gateway, with a team and key ready.
+
+Everything runs on loopback and stops together on Ctrl-C; nothing is written outside a temp dir.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+from gateway.config import ModelConfig, ModelTable, Settings
+from gateway.embedded_redis import EmbeddedRedis, RedisNotInstalledError
+from gateway.keystore import KeyStore
+
+DEMO_MODEL = "demo-model"
+DEMO_TEAM = "demo"
+_HELLO = '[{"role": "user", "content": "Hello!"}]'
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 -- loopback http
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def _start_worker(port: int) -> subprocess.Popen[bytes]:
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workers.fake",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--model",
+            DEMO_MODEL,
+        ],
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            raise RuntimeError("the demo worker exited at start")
+        if _healthy(f"http://127.0.0.1:{port}/health"):
+            return worker
+        time.sleep(0.1)
+    worker.kill()
+    raise RuntimeError("the demo worker did not become healthy in 20 s")
+
+
+async def _create_demo_key(redis_url: str) -> tuple[str, str]:
+    from redis.asyncio import Redis
+
+    redis = Redis.from_url(redis_url)
+    try:
+        store = KeyStore(redis)
+        await store.create_team(DEMO_TEAM)
+        record, secret = await store.create_key(DEMO_TEAM, name="demo key")
+        return record.id, secret
+    finally:
+        await redis.aclose()
+
+
+def _banner(base: str, redis_url: str, worker_url: str, key: str, key_id: str, admin: str) -> str:
+    return f"""
+Sluicegate demo is running (Ctrl-C stops the gateway, the worker and Redis).
+
+  gateway  {base}      metrics: {base}/metrics
+  redis    {redis_url}   (embedded, in memory only)
+  worker   {worker_url}   (deterministic demo worker serving "{DEMO_MODEL}", alias "default")
+  team     {DEMO_TEAM}
+  API key  {key}   (id {key_id})
+
+Try it with curl:
+
+  curl -s {base}/v1/chat/completions \\
+    -H "Authorization: Bearer {key}" -H "Content-Type: application/json" \\
+    -d '{{"model": "{DEMO_MODEL}", "messages": {_HELLO}}}'
+
+or with the OpenAI Python SDK (pip install openai):
+
+from openai import OpenAI
+client = OpenAI(base_url="{base}/v1", api_key="{key}")
+stream = client.chat.completions.create(model="{DEMO_MODEL}", messages={_HELLO}, stream=True)
+for chunk in stream:
+    print(chunk.choices[0].delta.content or "", end="", flush=True)
+
+Admin commands (in another shell):
+
+  export SLUICEGATE_URL={base} SLUICEGATE_ADMIN_TOKEN={admin}
+  sluicegate keys create --team {DEMO_TEAM} --rpm 60
+  sluicegate usage --team {DEMO_TEAM}
+"""
+
+
+def run_demo(*, host: str, port: int) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.logs import configure_logging
+
+    if not _port_is_free(host, port):
+        print(f"error: {host}:{port} is already in use; pass --port to pick another", file=sys.stderr)
+        return 1
+    try:
+        redis = EmbeddedRedis().start()
+    except RedisNotInstalledError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    worker: subprocess.Popen[bytes] | None = None
+    try:
+        worker_port = EmbeddedRedis().port  # any free loopback port will do
+        worker = _start_worker(worker_port)
+        worker_url = f"http://127.0.0.1:{worker_port}"
+        admin_token = secrets.token_urlsafe(24)
+        settings = Settings(redis_url=redis.url, admin_token=admin_token, host=host, port=port)
+        table = ModelTable((ModelConfig(name=DEMO_MODEL, aliases=("default",), endpoints=(worker_url,)),))
+        key_id, key = asyncio.run(_create_demo_key(redis.url))
+        base = f"http://{host}:{port}"
+        configure_logging("warning")
+        print(_banner(base, redis.url, worker_url, key, key_id, admin_token), flush=True)
+        uvicorn.run(
+            create_app(settings, table),
+            host=host,
+            port=port,
+            http="httptools",
+            access_log=False,
+            log_config=None,
+            timeout_graceful_shutdown=5,
+        )
+    finally:
+        if worker is not None:
+            worker.terminate()
+            try:
+                worker.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        redis.stop()
+        print("sluicegate demo stopped.", flush=True)
+    return 0

@@ -1,0 +1,114 @@
+"""The closed set of errors the gateway answers with, mapped once to HTTP status and OpenAI envelope.
+
+    GatewayError(code, message, param=None, headers=None)
+      code: ErrorCode  --  one member per distinct failure a client can see
+        400 invalid_json, invalid_request
+        401 invalid_api_key, admin_unauthorized
+        403 model_not_allowed, admin_disabled
+        404 model_not_found, not_found, team_not_found, key_not_found
+        405 method_not_allowed
+        409 team_exists
+        413 request_too_large
+        429 rate_limit_exceeded
+        500 internal_error            (a bug: logged, never a client's fault)
+        502 upstream_error            (the worker failed or answered garbage)
+        503 no_healthy_upstream, redis_unavailable
+        504 upstream_timeout
+
+Every response body is `{"error": {"message", "type", "param", "code"}}`. Messages never contain
+a key or any other secret: callers pass only names the client already knows.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+import orjson
+from starlette.responses import Response
+
+
+class ErrorCode(enum.Enum):
+    def __init__(self, status: int, error_type: str) -> None:
+        self.status = status
+        self.error_type = error_type
+
+    INVALID_JSON = (400, "invalid_request_error")
+    INVALID_REQUEST = (400, "invalid_request_error")
+    INVALID_API_KEY = (401, "authentication_error")
+    ADMIN_UNAUTHORIZED = (401, "authentication_error")
+    MODEL_NOT_ALLOWED = (403, "permission_error")
+    ADMIN_DISABLED = (403, "permission_error")
+    MODEL_NOT_FOUND = (404, "not_found_error")
+    NOT_FOUND = (404, "not_found_error")
+    TEAM_NOT_FOUND = (404, "not_found_error")
+    KEY_NOT_FOUND = (404, "not_found_error")
+    METHOD_NOT_ALLOWED = (405, "invalid_request_error")
+    TEAM_EXISTS = (409, "invalid_request_error")
+    REQUEST_TOO_LARGE = (413, "invalid_request_error")
+    RATE_LIMIT_EXCEEDED = (429, "rate_limit_error")
+    INTERNAL_ERROR = (500, "server_error")
+    UPSTREAM_ERROR = (502, "upstream_error")
+    NO_HEALTHY_UPSTREAM = (503, "upstream_error")
+    REDIS_UNAVAILABLE = (503, "server_error")
+    UPSTREAM_TIMEOUT = (504, "upstream_error")
+
+    @property
+    def wire_code(self) -> str:
+        return self.name.lower()
+
+
+class GatewayError(Exception):
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+        self.headers = dict(headers or {})
+
+    @property
+    def status(self) -> int:
+        return self.code.status
+
+    def envelope(self) -> dict[str, dict[str, str | None]]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.code.error_type,
+                "param": self.param,
+                "code": self.code.wire_code,
+            }
+        }
+
+    def body(self) -> bytes:
+        return orjson.dumps(self.envelope())
+
+    def sse_event(self) -> bytes:
+        """The same error as one SSE event, for failures after a stream has begun."""
+        return b"data: " + self.body() + b"\n\n"
+
+    def response(self, extra_headers: Mapping[str, str] | None = None) -> Response:
+        headers = {**(extra_headers or {}), **self.headers}
+        return Response(self.body(), status_code=self.status, headers=headers, media_type="application/json")
+
+
+_HTTP_STATUS_CODES = {
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    413: ErrorCode.REQUEST_TOO_LARGE,
+}
+
+
+def from_http_status(status: int, detail: str) -> GatewayError:
+    """Starlette's own HTTPExceptions (unknown route, wrong method) join the closed set here."""
+    code = _HTTP_STATUS_CODES.get(
+        status, ErrorCode.INVALID_REQUEST if status < 500 else ErrorCode.INTERNAL_ERROR
+    )
+    return GatewayError(code, detail)

@@ -1,0 +1,52 @@
+"""Every Redis key name the gateway uses, in one place.
+
+Keys a Lua script touches together carry the same hash tag, the team's (`{t:<team>}`), so each
+script runs on one Redis Cluster slot. Team names are restricted (see keystore.TEAM_NAME_RE) and
+can never contain a brace.
+"""
+
+from __future__ import annotations
+
+PREFIX = "sg"
+TEAMS = f"{PREFIX}:teams"
+
+
+def team_tag(team: str) -> str:
+    return f"{{t:{team}}}"
+
+
+def team(team: str) -> str:
+    return f"{PREFIX}:team:{team}"
+
+
+def team_keys(team: str) -> str:
+    return f"{PREFIX}:team:{team}:keys"
+
+
+def key_by_hash(secret_hash: str) -> str:
+    return f"{PREFIX}:key:{secret_hash}"
+
+
+def key_hash_by_id(key_id: str) -> str:
+    return f"{PREFIX}:keyid:{key_id}"
+
+
+def rate_limit(team: str, scope: str) -> str:
+    return f"{PREFIX}:{team_tag(team)}:rl:{scope}"
+
+
+def request_marker(team: str, request_id: str) -> str:
+    return f"{PREFIX}:{team_tag(team)}:req:{request_id}"
+
+
+def usage_day(team: str, day: str) -> str:
+    return f"{PREFIX}:{team_tag(team)}:usage:{day}"
+
+
+def usage_days(team: str) -> str:
+    return f"{PREFIX}:{team_tag(team)}:usage-days"
+
+
+def as_text(value: bytes | str) -> str:
+    """Replies come back as bytes (the client does not decode, to keep hot paths cheap)."""
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,1 @@
+"""Model name -> pool of worker endpoints -> one endpoint, by a routing policy."""
