@@ -32,6 +32,41 @@ from gateway.services import Services
 
 _MAX_ANSWER_BYTES = 64 * 1024 * 1024
 _FORWARDED_WORKER_HEADERS = ("retry-after",)
+# Never sent on to a worker: the client's credentials, and headers that describe the client's own
+# connection or body (the gateway's request to the worker has its own).
+_NOT_FORWARDED = frozenset(
+    {
+        b"authorization",
+        b"proxy-authorization",
+        b"cookie",
+        b"host",
+        b"content-length",
+        b"content-type",
+        b"transfer-encoding",
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"expect",
+        b"accept-encoding",
+        b"x-request-id",
+    }
+)
+
+
+def worker_headers(request: Request, request_id: str) -> dict[str, str]:
+    """The client's headers minus credentials and hop-by-hop ones: tracing headers and the
+    like reach the worker unchanged."""
+    headers = {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in request.scope["headers"]
+        if name not in _NOT_FORWARDED
+    }
+    headers["content-type"] = "application/json"
+    headers["x-request-id"] = request_id
+    return headers
 
 
 def services_of(scope: Scope) -> Services:
@@ -85,11 +120,17 @@ class ProxyEndpoint:
         if not admission.allowed:
             services.metrics.rate_limited.labels(ctx.model, key.team).inc()
             raise admission.error()
-        return await _relay(services, ctx, pool, call, admission.request_headers())
+        headers = worker_headers(request, ctx.request_id)
+        return await _relay(services, ctx, pool, call, headers, admission.request_headers())
 
 
 async def _relay(
-    services: Services, ctx: RequestContext, pool: Pool, call: Call, limit_headers: dict[str, str]
+    services: Services,
+    ctx: RequestContext,
+    pool: Pool,
+    call: Call,
+    headers: dict[str, str],
+    limit_headers: dict[str, str],
 ) -> Any:
     model = pool.model
     loop = asyncio.get_running_loop()
@@ -105,7 +146,7 @@ async def _relay(
             pool,
             call.kind.path,
             call.upstream_body(model),
-            {"content-type": "application/json", "x-request-id": ctx.request_id},
+            headers,
             RouteRequest(model=model.name, user=call.user),
             head_deadline=head_deadline,
         )

@@ -104,7 +104,7 @@ def create_app(
             yield {"services": services}
         finally:
             await session.close()
-            await redis.aclose()
+            await redis.aclose(close_connection_pool=True)
 
     async def metrics_endpoint(request: Request) -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -29,33 +29,31 @@ from starlette.responses import Response
 
 
 class ErrorCode(enum.Enum):
-    def __init__(self, status: int, error_type: str) -> None:
+    # The wire code is part of the value: members that share a status and type stay distinct.
+    def __init__(self, wire_code: str, status: int, error_type: str) -> None:
+        self.wire_code = wire_code
         self.status = status
         self.error_type = error_type
 
-    INVALID_JSON = (400, "invalid_request_error")
-    INVALID_REQUEST = (400, "invalid_request_error")
-    INVALID_API_KEY = (401, "authentication_error")
-    ADMIN_UNAUTHORIZED = (401, "authentication_error")
-    MODEL_NOT_ALLOWED = (403, "permission_error")
-    ADMIN_DISABLED = (403, "permission_error")
-    MODEL_NOT_FOUND = (404, "not_found_error")
-    NOT_FOUND = (404, "not_found_error")
-    TEAM_NOT_FOUND = (404, "not_found_error")
-    KEY_NOT_FOUND = (404, "not_found_error")
-    METHOD_NOT_ALLOWED = (405, "invalid_request_error")
-    TEAM_EXISTS = (409, "invalid_request_error")
-    REQUEST_TOO_LARGE = (413, "invalid_request_error")
-    RATE_LIMIT_EXCEEDED = (429, "rate_limit_error")
-    INTERNAL_ERROR = (500, "server_error")
-    UPSTREAM_ERROR = (502, "upstream_error")
-    NO_HEALTHY_UPSTREAM = (503, "upstream_error")
-    REDIS_UNAVAILABLE = (503, "server_error")
-    UPSTREAM_TIMEOUT = (504, "upstream_error")
-
-    @property
-    def wire_code(self) -> str:
-        return self.name.lower()
+    INVALID_JSON = ("invalid_json", 400, "invalid_request_error")
+    INVALID_REQUEST = ("invalid_request", 400, "invalid_request_error")
+    INVALID_API_KEY = ("invalid_api_key", 401, "authentication_error")
+    ADMIN_UNAUTHORIZED = ("admin_unauthorized", 401, "authentication_error")
+    MODEL_NOT_ALLOWED = ("model_not_allowed", 403, "permission_error")
+    ADMIN_DISABLED = ("admin_disabled", 403, "permission_error")
+    MODEL_NOT_FOUND = ("model_not_found", 404, "not_found_error")
+    NOT_FOUND = ("not_found", 404, "not_found_error")
+    TEAM_NOT_FOUND = ("team_not_found", 404, "not_found_error")
+    KEY_NOT_FOUND = ("key_not_found", 404, "not_found_error")
+    METHOD_NOT_ALLOWED = ("method_not_allowed", 405, "invalid_request_error")
+    TEAM_EXISTS = ("team_exists", 409, "invalid_request_error")
+    REQUEST_TOO_LARGE = ("request_too_large", 413, "invalid_request_error")
+    RATE_LIMIT_EXCEEDED = ("rate_limit_exceeded", 429, "rate_limit_error")
+    INTERNAL_ERROR = ("internal_error", 500, "server_error")
+    UPSTREAM_ERROR = ("upstream_error", 502, "upstream_error")
+    NO_HEALTHY_UPSTREAM = ("no_healthy_upstream", 503, "upstream_error")
+    REDIS_UNAVAILABLE = ("redis_unavailable", 503, "server_error")
+    UPSTREAM_TIMEOUT = ("upstream_timeout", 504, "upstream_error")
 
 
 class GatewayError(Exception):

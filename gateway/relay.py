@@ -109,6 +109,8 @@ class StreamRelay:
         self._idle_timeout_s = idle_timeout_s
         self._on_done = on_done
         self.outcome = RelayOutcome()
+        # Set once the client has every event up to [DONE]: hanging up after that is not leaving early.
+        self._delivered = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         pump: asyncio.Task[None] | None = None
@@ -118,10 +120,8 @@ class StreamRelay:
             pump = asyncio.ensure_future(self._pump(send))
             watcher = asyncio.ensure_future(self._watch_disconnect(receive))
             await asyncio.wait((pump, watcher), return_when=asyncio.FIRST_COMPLETED)
-            if pump.done():
+            if pump.done() and not self.outcome.disconnected:
                 pump.result()
-            else:
-                self.outcome.disconnected = True
         except OSError:
             # The client's socket failed under a send: the same as leaving.
             self.outcome.disconnected = True
@@ -139,7 +139,9 @@ class StreamRelay:
         while True:
             message: Message = await receive()
             if message["type"] == "http.disconnect":
-                self._upstream.response.close()
+                if not self._delivered:
+                    self.outcome.disconnected = True
+                    self._upstream.response.close()
                 return
 
     async def _pump(self, send: Send) -> None:
@@ -159,6 +161,7 @@ class StreamRelay:
                     if out:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
                     if saw_done:
+                        self._delivered = True
                         break
                     deadline.reschedule(loop.time() + self._idle_timeout_s)
         except TimeoutError:
@@ -171,6 +174,10 @@ class StreamRelay:
         except aiohttp.ClientError:
             self.outcome.error_reason = "stream_broken"
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream broke off.")
+        if self.outcome.disconnected:
+            # The relay itself closed the worker connection: the client left, the worker did not fail.
+            self.outcome.error_reason = None
+            return
         if failure is None and not saw_done:
             self.outcome.error_reason = "stream_truncated"
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream ended early.")

@@ -17,21 +17,19 @@ class SSEEvent:
 
 
 class SSEParser:
-    __slots__ = ("_buffer", "_pending_cr")
+    __slots__ = ("_buffer", "_skip_lf")
 
     def __init__(self) -> None:
         self._buffer = b""
-        self._pending_cr = False
+        self._skip_lf = False
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        if self._pending_cr:
-            chunk = b"\r" + chunk
-            self._pending_cr = False
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk.startswith(b"\n"):
+                chunk = chunk[1:]  # the second half of a `\r\n` cut between two reads
         if b"\r" in chunk:
-            if chunk.endswith(b"\r"):
-                # The `\n` of a `\r\n` may be in the next read; decide then.
-                self._pending_cr = True
-                chunk = chunk[:-1]
+            self._skip_lf = chunk.endswith(b"\r")
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buffer = self._buffer + chunk if self._buffer else chunk
         events: list[SSEEvent] = []

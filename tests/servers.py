@@ -32,6 +32,8 @@ def run_uvicorn(app: Any, *, port: int | None = None, timeout_s: float = 10.0) -
         host="127.0.0.1",
         port=port,
         log_level="warning",
+        # No log config of uvicorn's own: its records reach the root logger, where tests read them.
+        log_config=None,
         access_log=False,
         lifespan="on",
         loop="asyncio",

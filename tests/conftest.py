@@ -1,0 +1,154 @@
+"""Shared fixtures: one real redis-server per session, a real fake worker, real gateways.
+
+Every gateway a test builds is a real uvicorn server on a loopback socket in front of the fake
+worker, with its own Prometheus registry; data in Redis is per-test (fresh team names).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+import pytest
+import redis
+
+from gateway.app import create_app
+from gateway.cli import AdminClient
+from gateway.config import ModelConfig, ModelTable, Settings, Timeouts
+from gateway.embedded_redis import EmbeddedRedis
+from tests.servers import free_port, run_uvicorn
+from workers.fake.app import create_app as create_fake_worker
+
+FAKE_MODEL = "fake-model"
+OTHER_MODEL = "other-model"
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[EmbeddedRedis]:
+    with EmbeddedRedis() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_client(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_server.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def fake_worker() -> Iterator[str]:
+    with run_uvicorn(create_fake_worker([FAKE_MODEL, OTHER_MODEL, "upstream/real-name"])) as url:
+        yield url
+
+
+def worker_record(worker_url: str, request_id: str) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"{worker_url}/fake/requests/{request_id}", timeout=5) as resp:  # noqa: S310
+            import json
+
+            record: dict[str, Any] = json.loads(resp.read())
+            return record
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+@dataclass
+class Gateway:
+    url: str
+    admin_token: str
+    settings: Settings
+    secrets_created: list[str] = field(default_factory=list)
+
+    @property
+    def admin(self) -> AdminClient:
+        return AdminClient(self.url, self.admin_token)
+
+    def new_team(self) -> str:
+        name = "team-" + secrets.token_hex(4)
+        self.admin.call("POST", "/admin/v1/teams", {"name": name})
+        return name
+
+    def new_key(self, team: str | None = None, **fields: Any) -> dict[str, Any]:
+        team = team or self.new_team()
+        key: dict[str, Any] = self.admin.call("POST", "/admin/v1/keys", {"team": team, **fields})
+        self.secrets_created.append(key["key"])
+        return key
+
+    def client(self, key: str, **kwargs: Any) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, **kwargs)
+
+    def usage(self, team: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = self.admin.call("GET", "/admin/v1/usage", team=team)["data"]
+        return rows
+
+
+GatewayFactory = Callable[..., contextlib.AbstractContextManager[Gateway]]
+
+
+def default_table(worker_url: str, **timeouts: float) -> ModelTable:
+    t = Timeouts(**timeouts)
+    return ModelTable(
+        (
+            ModelConfig(name=FAKE_MODEL, aliases=("default",), endpoints=(worker_url,), timeouts=t),
+            ModelConfig(name=OTHER_MODEL, endpoints=(worker_url,), timeouts=t),
+            ModelConfig(
+                name="renamed", upstream_model="upstream/real-name", endpoints=(worker_url,), timeouts=t
+            ),
+        )
+    )
+
+
+@pytest.fixture
+def make_gateway(redis_server: EmbeddedRedis, fake_worker: str) -> GatewayFactory:
+    @contextlib.contextmanager
+    def factory(table: ModelTable | None = None, **overrides: Any) -> Iterator[Gateway]:
+        admin_token = "adm-" + secrets.token_urlsafe(16)
+        settings = Settings(
+            redis_url=redis_server.url,
+            admin_token=admin_token,
+            host="127.0.0.1",
+            port=free_port(),
+            **overrides,
+        )
+        app = create_app(settings, table or default_table(fake_worker))
+        with run_uvicorn(app, port=settings.port) as url:
+            yield Gateway(url=url, admin_token=admin_token, settings=settings)
+
+    return factory
+
+
+@pytest.fixture
+def gateway(make_gateway: GatewayFactory) -> Iterator[Gateway]:
+    with make_gateway() as gw:
+        yield gw
+
+
+@pytest.fixture
+def all_logs() -> Iterator[list[str]]:
+    """Every log record of every logger, at every level, formatted, while the test runs."""
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    handler = Collect(level=logging.DEBUG)
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield lines
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)

@@ -1,0 +1,75 @@
+"""A client that leaves mid-stream: the worker must see its connection closed within 1 s, and
+what was relayed must be metered."""
+
+from __future__ import annotations
+
+import time
+
+from openai.types.chat import ChatCompletionMessageParam
+
+from tests.conftest import FAKE_MODEL, Gateway, worker_record
+
+HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "a long story please"}]
+
+
+def _wait_for_state(worker_url: str, request_id: str, state: str, within_s: float) -> dict[str, object]:
+    deadline = time.monotonic() + within_s
+    record = worker_record(worker_url, request_id)
+    while (record is None or record["state"] != state) and time.monotonic() < deadline:
+        time.sleep(0.02)
+        record = worker_record(worker_url, request_id)
+    assert record is not None
+    assert record["state"] == state, record
+    return record
+
+
+def test_client_disconnect_closes_the_worker_connection_and_meters_what_was_sent(
+    gateway: Gateway, fake_worker: str
+) -> None:
+    key = gateway.new_key()
+    client = gateway.client(key["key"])
+    response = client.chat.completions.with_streaming_response.create(
+        model=FAKE_MODEL,
+        messages=HELLO,
+        stream=True,
+        extra_headers={"x-fake-tokens": "200", "x-fake-token-delay-ms": "20"},
+    )
+    with response as raw:
+        request_id = raw.headers["x-request-id"]
+        received = 0
+        for chunk in raw.parse():
+            if chunk.choices and chunk.choices[0].delta.content:
+                received += 1
+            if received == 5:
+                break
+        left_at = time.monotonic()
+    record = _wait_for_state(fake_worker, request_id, "disconnected", within_s=1.0)
+    assert time.monotonic() - left_at < 1.0
+    sent = record["tokens_sent"]
+    assert isinstance(sent, int)
+    assert 5 <= sent < 200
+
+    # Metered: one request, flagged as a disconnect, with the tokens the gateway relayed.
+    deadline = time.monotonic() + 2
+    rows = gateway.usage(key["team"])
+    while not rows and time.monotonic() < deadline:
+        time.sleep(0.05)
+        rows = gateway.usage(key["team"])
+    (row,) = rows
+    assert row["requests"] == 1
+    assert row["disconnects"] == 1
+    assert 5 <= row["completion_tokens"] <= sent
+    assert row["prompt_tokens"] > 0
+
+
+def test_a_finished_stream_is_not_counted_as_a_disconnect(gateway: Gateway, fake_worker: str) -> None:
+    key = gateway.new_key()
+    client = gateway.client(key["key"])
+    with client.chat.completions.with_streaming_response.create(
+        model=FAKE_MODEL, messages=HELLO, stream=True, extra_headers={"x-fake-tokens": "3"}
+    ) as raw:
+        request_id = raw.headers["x-request-id"]
+        assert len([c for c in raw.parse() if c.choices]) == 4
+    _wait_for_state(fake_worker, request_id, "completed", within_s=1.0)
+    (row,) = gateway.usage(key["team"])
+    assert (row["disconnects"], row["errors"], row["completion_tokens"]) == (0, 0, 3)

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.cli import main
+from gateway.config import ConfigError, Settings, load_model_table, parse_model_table
+
+GOOD = {
+    "models": [
+        {
+            "name": "llama-3-8b",
+            "aliases": ["default"],
+            "upstream_model": "meta-llama/Meta-Llama-3-8B-Instruct",
+            "endpoints": [{"url": "http://10.0.0.5:8000"}, {"url": "http://10.0.0.6:8000/"}],
+            "timeouts": {"connect": 2, "first_token": 60, "idle": 30},
+        }
+    ]
+}
+
+
+def test_the_documented_table_parses() -> None:
+    table = parse_model_table(GOOD)
+    (model,) = table.models
+    assert model.endpoints == ("http://10.0.0.5:8000", "http://10.0.0.6:8000")
+    assert model.wire_model == "meta-llama/Meta-Llama-3-8B-Instruct"
+    assert model.timeouts.first_token == 60
+    assert table.by_name()["default"] is model
+
+
+def _with(path: str, value: Any) -> dict[str, Any]:
+    import copy
+
+    doc = copy.deepcopy(GOOD)
+    target: Any = doc["models"][0]
+    *parents, leaf = path.split(".")
+    for part in parents:
+        target = target[int(part)] if part.isdigit() else target[part]
+    target[leaf] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("doc", "named"),
+    [
+        (_with("endpoints", []), "models[0].endpoints"),
+        (_with("endpoints.1.url", "ftp://x"), "models[0].endpoints[1].url"),
+        (_with("endpoints.0.url", "http://w:8000/v1"), "models[0].endpoints[0].url"),
+        (_with("timeouts.idle", -1), "models[0].timeouts.idle"),
+        (_with("timeouts.idle", "soon"), "models[0].timeouts.idle"),
+        (_with("timeouts.forever", 1), "models[0].timeouts.forever"),
+        (_with("aliases", ["ok", "bad name"]), "models[0].aliases[1]"),
+        (_with("name", None), "models[0].name"),
+        (_with("endpoints_typo", []), "models[0].endpoints_typo"),
+        ({"models": [GOOD["models"][0], {**GOOD["models"][0], "aliases": []}]}, "models[1].name"),
+        ({"modles": []}, "modles"),
+    ],
+)
+def test_a_bad_field_is_named(doc: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_model_table(doc)
+    assert str(err.value).startswith(named + ":"), str(err.value)
+
+
+def test_check_config_names_the_bad_field_and_exits_non_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - name: m\n    endpoints:\n      - url: nope\n")
+    assert main(["check-config", str(path)]) == 2
+    assert "models[0].endpoints[0].url" in capsys.readouterr().err
+    path.write_text("models:\n  - name: m\n    endpoints:\n      - url: http://127.0.0.1:9\n")
+    assert main(["check-config", str(path)]) == 0
+    assert "1 model(s): m" in capsys.readouterr().out
+
+
+def test_invalid_yaml_and_missing_file_are_config_errors(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("models: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_model_table(path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_model_table(tmp_path / "missing.yaml")
+
+
+def test_settings_from_env() -> None:
+    settings = Settings.from_env(
+        {
+            "SLUICEGATE_REDIS_URL": "rediss://r:6380/1",
+            "SLUICEGATE_PORT": "9000",
+            "SLUICEGATE_ADMIN_TOKEN": "t",
+        }
+    )
+    assert (settings.redis_url, settings.port, settings.admin_token) == ("rediss://r:6380/1", 9000, "t")
+    assert Settings.from_env({}).port == 8080
+    with pytest.raises(ConfigError, match="SLUICEGATE_PORT"):
+        Settings.from_env({"SLUICEGATE_PORT": "eighty"})
+    with pytest.raises(ConfigError, match="SLUICEGATE_REDIS_URL"):
+        Settings.from_env({"SLUICEGATE_REDIS_URL": "http://r"})

@@ -1,0 +1,1 @@
+"""Workers that Sluicegate routes to: the fake worker here, real engines elsewhere."""

@@ -1,0 +1,100 @@
+"""How one generation unfolds for a `Plan`: the non-stream answer body and the stream's events."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from starlette.types import Send
+
+from workers.fake import framing
+from workers.fake.framing import ChatFrames, CompletionFrames
+from workers.fake.plan import TOOL_ARGUMENT_FRAGMENTS, Plan
+from workers.fake.records import RequestRecord
+from workers.fake.streaming import InjectedAbort
+
+Frames = ChatFrames | CompletionFrames
+
+
+def token_text(i: int) -> str:
+    return f"tok{i} "
+
+
+def _tool_call_id() -> str:
+    return f"chatcmpl-tool-{uuid.uuid4().hex}"
+
+
+def answer_body(
+    plan: Plan, *, chat: bool, response_id: str, created: int, model: str, prompt_tokens: int
+) -> bytes:
+    """The whole non-stream answer of a generation that succeeded."""
+    tokens = plan.tokens
+    text = "".join(token_text(i) for i in range(tokens))
+    if not chat:
+        return framing.text_completion(
+            response_id, created, model, text, plan.finish_reason, prompt_tokens, tokens
+        )
+    message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
+    if plan.tool_call is not None:
+        arguments = "".join(TOOL_ARGUMENT_FRAGMENTS)
+        function = {"name": plan.tool_call, "arguments": arguments}
+        message["content"] = None
+        message["tool_calls"] = [{"id": _tool_call_id(), "type": "function", "function": function}]
+    return framing.chat_completion(
+        response_id, created, model, message, plan.finish_reason, prompt_tokens, tokens
+    )
+
+
+def _token_chunk(frames: Frames, plan: Plan, i: int, finish_reason: str | None) -> bytes:
+    if plan.tool_call is not None and isinstance(frames, ChatFrames):
+        return frames.tool_call_arguments(TOOL_ARGUMENT_FRAGMENTS[i], finish_reason)
+    if finish_reason is not None:
+        return frames.last_token(token_text(i), finish_reason)
+    return frames.token(token_text(i))
+
+
+async def produce_stream(
+    record: RequestRecord,
+    plan: Plan,
+    frames: Frames,
+    prompt_tokens: int,
+    include_usage: bool,
+    send: Send,
+) -> None:
+    """Send every event of the stream after the response headers, ending with `[DONE]`.
+
+    Raises InjectedAbort where `x-fake-fail-after` wants the connection dropped.
+    """
+
+    async def emit(data: bytes) -> None:
+        await send({"type": "http.response.body", "body": data, "more_body": True})
+
+    if plan.first_token_delay_s:
+        await asyncio.sleep(plan.first_token_delay_s)
+    if isinstance(frames, ChatFrames):
+        await emit(frames.role())
+        if plan.tool_call is not None:
+            await emit(frames.tool_call_start(_tool_call_id(), plan.tool_call))
+    tokens = plan.tokens_to_send
+    failing = plan.failure_at is not None
+    for i in range(tokens):
+        if plan.token_delay_s:
+            await asyncio.sleep(plan.token_delay_s)
+        # A failing stream never announces a finish: the failure comes instead.
+        last = not failing and i == tokens - 1
+        await emit(_token_chunk(frames, plan, i, plan.finish_reason if last else None))
+        record.tokens_sent += 1
+    if plan.fail_after is not None:
+        raise InjectedAbort(f"fake worker: injected abort after {tokens} tokens")
+    if failing:
+        message = f"fake worker: injected error after {tokens} tokens"
+        await emit(framing.sse_error(message, "InternalServerError", 500))
+        record.finish("failed")
+    else:
+        if tokens == 0:
+            await emit(frames.last_token("", plan.finish_reason))
+        if include_usage:
+            await emit(frames.usage_chunk(prompt_tokens, tokens))
+        record.finish("completed")
+    await emit(framing.SSE_DONE)
