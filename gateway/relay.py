@@ -109,7 +109,6 @@ class StreamRelay:
         self._idle_timeout_s = idle_timeout_s
         self._on_done = on_done
         self.outcome = RelayOutcome()
-        # Set once the client has every event up to [DONE]: hanging up after that is not leaving early.
         self._delivered = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -158,10 +157,11 @@ class StreamRelay:
                         break
                     deadline.reschedule(None)
                     out, saw_done = self._process(parser.feed(chunk), saw_done)
+                    # A client that hangs up once [DONE] is on its way has not left early.
+                    self._delivered = saw_done
                     if out:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
                     if saw_done:
-                        self._delivered = True
                         break
                     deadline.reschedule(loop.time() + self._idle_timeout_s)
         except TimeoutError:
@@ -182,6 +182,7 @@ class StreamRelay:
             self.outcome.error_reason = "stream_truncated"
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream ended early.")
         if failure is not None:
+            self._delivered = True
             await send(
                 {
                     "type": "http.response.body",

@@ -112,13 +112,13 @@ def make_gateway(redis_server: EmbeddedRedis, fake_worker: str) -> GatewayFactor
     @contextlib.contextmanager
     def factory(table: ModelTable | None = None, **overrides: Any) -> Iterator[Gateway]:
         admin_token = "adm-" + secrets.token_urlsafe(16)
-        settings = Settings(
-            redis_url=redis_server.url,
-            admin_token=admin_token,
-            host="127.0.0.1",
-            port=free_port(),
-            **overrides,
-        )
+        fields: dict[str, Any] = {
+            "redis_url": redis_server.url,
+            "admin_token": admin_token,
+            "host": "127.0.0.1",
+            "port": free_port(),
+        }
+        settings = Settings(**{**fields, **overrides})
         app = create_app(settings, table or default_table(fake_worker))
         with run_uvicorn(app, port=settings.port) as url:
             yield Gateway(url=url, admin_token=admin_token, settings=settings)

@@ -1,0 +1,54 @@
+"""Metering against a real Redis: one record per request id, reported per team/key/model/day."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+from redis.asyncio import Redis
+
+from gateway.embedded_redis import EmbeddedRedis
+from gateway.metering import Meter, UsageRecord
+
+
+def _record(request_id: str, day: str, model: str = "m", prompt: int = 3, completion: int = 5) -> UsageRecord:
+    return UsageRecord(
+        request_id=request_id,
+        team="meter-team",
+        key_id="key_1",
+        model=model,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        error=False,
+        disconnected=request_id.endswith("-gone"),
+        day=day,
+    )
+
+
+def test_a_request_is_recorded_once_and_reported_by_day(redis_server: EmbeddedRedis) -> None:
+    async def scenario() -> tuple[list[bool], list[dict[str, object]], list[dict[str, object]]]:
+        redis = Redis.from_url(redis_server.url)
+        try:
+            meter = Meter(redis)
+            written = [
+                await meter.record(_record("r1", "2026-11-20")),
+                await meter.record(_record("r1", "2026-11-20")),  # a retried write
+                await meter.record(_record("r2-gone", "2026-11-21", completion=2)),
+                await meter.record(_record("r3", "2026-11-21", model="other")),
+            ]
+            everything = await meter.report(["meter-team"], None, None)
+            one_day = await meter.report(["meter-team"], dt.date(2026, 11, 21), dt.date(2026, 11, 21))
+            return written, everything, one_day
+        finally:
+            await redis.aclose()
+
+    written, everything, one_day = asyncio.run(scenario())
+    assert written == [True, False, True, True]
+    assert [(r["day"], r["model"], r["requests"], r["completion_tokens"]) for r in everything] == [
+        ("2026-11-20", "m", 1, 5),
+        ("2026-11-21", "m", 1, 2),
+        ("2026-11-21", "other", 1, 5),
+    ]
+    assert everything[1]["disconnects"] == 1
+    assert everything[1]["total_tokens"] == 5
+    assert [r["day"] for r in one_day] == ["2026-11-21", "2026-11-21"]
