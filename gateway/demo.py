@@ -6,12 +6,15 @@ Everything runs on loopback and stops together on Ctrl-C; nothing is written out
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+
+import uvicorn
 
 from gateway.config import ModelConfig, ModelTable, Settings
 from gateway.embedded_redis import EmbeddedRedis, RedisNotInstalledError
@@ -109,9 +112,17 @@ Admin commands (in another shell):
 """
 
 
-def run_demo(*, host: str, port: int) -> int:
-    import uvicorn
+async def _serve_then_print(server: uvicorn.Server, banner: str) -> None:
+    """The banner appears only once the gateway listens, so its examples work when copied."""
+    serving = asyncio.ensure_future(server.serve())
+    while not server.started and not serving.done():  # noqa: ASYNC110 -- uvicorn offers no event
+        await asyncio.sleep(0.05)
+    if server.started:
+        print(banner, flush=True)
+    await serving
 
+
+def run_demo(*, host: str, port: int) -> int:
     from gateway.app import create_app
     from gateway.logs import configure_logging
 
@@ -134,16 +145,21 @@ def run_demo(*, host: str, port: int) -> int:
         key_id, key = asyncio.run(_create_demo_key(redis.url))
         base = f"http://{host}:{port}"
         configure_logging("warning")
-        print(_banner(base, redis.url, worker_url, key, key_id, admin_token), flush=True)
-        uvicorn.run(
-            create_app(settings, table),
-            host=host,
-            port=port,
-            http="httptools",
-            access_log=False,
-            log_config=None,
-            timeout_graceful_shutdown=5,
+        banner = _banner(base, redis.url, worker_url, key, key_id, admin_token)
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(settings, table),
+                host=host,
+                port=port,
+                http="httptools",
+                access_log=False,
+                log_config=None,
+                timeout_graceful_shutdown=5,
+            )
         )
+        with contextlib.suppress(KeyboardInterrupt):
+            # uvicorn re-raises the Ctrl-C it caught once it has shut down; that is our way out.
+            asyncio.run(_serve_then_print(server, banner))
     finally:
         if worker is not None:
             worker.terminate()

@@ -1,0 +1,137 @@
+"""The README's first command as a newcomer runs it: `sluicegate demo` prints a key and examples
+that work as printed, and Ctrl-C stops everything. The admin CLI against a real gateway."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FAKE_MODEL, Gateway
+from tests.servers import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def demo() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "demo", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("  sluicegate usage"):
+            break
+    banner = "".join(lines)
+    try:
+        yield process, banner
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        process.stdout.close()
+
+
+def test_demo_prints_a_working_key_curl_and_sdk_example_and_stops_on_ctrl_c(
+    demo: tuple[subprocess.Popen[str], str], tmp_path: Path
+) -> None:
+    process, banner = demo
+    assert "API key  sk-sg-" in banner, banner
+    curl = re.search(r"^  (curl -s .*?)\n\n", banner, re.S | re.M)
+    assert curl is not None, banner
+    command = curl.group(1).replace("\\\n", " ")
+    reply = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=30, check=True)
+    answer = json.loads(reply.stdout)
+    assert answer["choices"][0]["message"]["content"].startswith("tok0")
+
+    sdk = re.search(r"^(from openai import OpenAI\n.*?flush=True\)\n)", banner, re.S | re.M)
+    assert sdk is not None, banner
+    assert len(sdk.group(1).strip().splitlines()) == 5
+    script = tmp_path / "example.py"
+    script.write_text(sdk.group(1))
+    ran = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert ran.stdout.startswith("tok0 tok1")
+
+    children = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(process.pid)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    assert len(children) == 2, "redis-server and the demo worker run as children"
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=15) == 0
+    for pid in children:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+def _cli(gw: Gateway, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SLUICEGATE_URL": gw.url, "SLUICEGATE_ADMIN_TOKEN": gw.admin_token}
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_admin_cli_creates_lists_revokes_and_reports(gateway: Gateway) -> None:
+    assert _cli(gateway, "teams", "create", "cli-team").returncode == 0
+    assert "cli-team" in _cli(gateway, "teams", "list").stdout
+    created = _cli(
+        gateway, "keys", "create", "--team", "cli-team", "--models", f"{FAKE_MODEL},x", "--rpm", "7", "--json"
+    )
+    assert created.returncode == 0, created.stderr
+    key = json.loads(created.stdout)
+    assert key["key"].startswith("sk-sg-")
+    assert key["rpm"] == 7
+    gateway.secrets_created.append(key["key"])
+
+    client = gateway.client(key["key"])
+    client.chat.completions.create(model=FAKE_MODEL, messages=[{"role": "user", "content": "one two"}])
+
+    listing = _cli(gateway, "keys", "list", "--team", "cli-team").stdout
+    assert key["id"] in listing
+    assert key["key"] not in listing
+    usage = _cli(gateway, "usage", "--team", "cli-team").stdout
+    assert re.search(rf"{key['id']}\s+{FAKE_MODEL}\s+1\s+2\s+8", usage), usage
+    csv_out = _cli(gateway, "usage", "--team", "cli-team", "--csv").stdout.splitlines()
+    assert csv_out[0].startswith("team,key_id,model,day,requests")
+
+    assert _cli(gateway, "keys", "revoke", key["id"]).returncode == 0
+    revoked = _cli(gateway, "keys", "revoke", "key_doesnotexist")
+    assert revoked.returncode == 1
+    assert "No key has the id" in revoked.stderr
+
+
+def test_admin_api_refuses_a_wrong_token_and_bad_input(gateway: Gateway) -> None:
+    env_wrong = _cli(Gateway(gateway.url, "wrong-token", gateway.settings), "teams", "list")
+    assert env_wrong.returncode == 1
+    assert "HTTP 401" in env_wrong.stderr
+    assert "wrong-token" not in env_wrong.stderr
+    bad_team = _cli(gateway, "teams", "create", "Not Valid!")
+    assert "HTTP 400" in bad_team.stderr
+    assert _cli(gateway, "keys", "create", "--team", "no-such-team").stderr.count("HTTP 404") == 1
+    team = gateway.new_team()
+    assert "HTTP 409" in _cli(gateway, "teams", "create", team).stderr
