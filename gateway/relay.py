@@ -16,8 +16,9 @@ from typing import Any
 
 import aiohttp
 import orjson
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
+from gateway.disconnect import client_gone
 from gateway.errors import ErrorCode, GatewayError
 from gateway.sse import SSEEvent, SSEParser
 from gateway.upstream import UpstreamResponse
@@ -135,13 +136,10 @@ class StreamRelay:
             await self._on_done(self.outcome)
 
     async def _watch_disconnect(self, receive: Receive) -> None:
-        while True:
-            message: Message = await receive()
-            if message["type"] == "http.disconnect":
-                if not self._delivered:
-                    self.outcome.disconnected = True
-                    self._upstream.response.close()
-                return
+        await client_gone(receive)
+        if not self._delivered:
+            self.outcome.disconnected = True
+            self._upstream.response.close()
 
     async def _pump(self, send: Send) -> None:
         loop = asyncio.get_running_loop()
@@ -226,12 +224,37 @@ class StreamRelay:
         return b"".join(out), saw_done
 
 
+# Worker headers a client should see on a whole answer (a full worker's Retry-After).
+_FORWARDED_WORKER_HEADERS = ("retry-after",)
+
+
 @dataclass(frozen=True, slots=True)
 class WholeAnswer:
     status: int
     body: bytes
     content_type: str
     usage: dict[str, Any] | None
+    forwarded_headers: dict[str, str]
+
+    def failure(self, model: str) -> GatewayError | None:
+        """A worker's 4xx with an OpenAI error body is the client's answer; anything else is ours."""
+        if self.status >= 500:
+            code = ErrorCode.UPSTREAM_TIMEOUT if self.status == 504 else ErrorCode.UPSTREAM_ERROR
+            return GatewayError(code, f"The worker for model '{model}' failed (HTTP {self.status}).")
+        if self.status != 200 and not _is_error_envelope(self.body):
+            return GatewayError(
+                ErrorCode.UPSTREAM_ERROR,
+                f"The worker for model '{model}' answered HTTP {self.status} without an error body.",
+            )
+        return None
+
+
+def _is_error_envelope(body: bytes) -> bool:
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict | str)
 
 
 async def read_whole(
@@ -273,4 +296,7 @@ async def read_whole(
         body=body,
         content_type=response.headers.get("content-type", "application/json"),
         usage=usage,
+        forwarded_headers={
+            name: response.headers[name] for name in _FORWARDED_WORKER_HEADERS if name in response.headers
+        },
     )

@@ -74,20 +74,21 @@ class Upstream:
                 break
             tried.append(endpoint)
             endpoint.inflight += 1
+            handed_over = False
             try:
                 async with asyncio.timeout_at(head_deadline):
                     response = await self._session.post(
                         endpoint.url + path, data=body, headers=headers, timeout=timeout
                     )
-            except TimeoutError:
-                endpoint.inflight -= 1
-                self._metrics.upstream_errors.labels(model.name, "timeout").inc()
-                raise GatewayError(
-                    ErrorCode.UPSTREAM_TIMEOUT,
-                    f"The worker for model '{model.name}' did not answer in time.",
-                ) from None
+                if response.status in _RETRYABLE_STATUS and len(tried) < _MAX_ATTEMPTS:
+                    self._metrics.upstream_errors.labels(model.name, f"status_{response.status}").inc()
+                    last_failure = f"{endpoint.url} answered {response.status}"
+                    response.release()
+                    continue
+                handed_over = True
+                return UpstreamResponse(endpoint, response)
             except (aiohttp.ClientConnectionError, aiohttp.ClientOSError) as exc:
-                endpoint.inflight -= 1
+                # Before TimeoutError: aiohttp's connect timeout is both, and is worth a retry.
                 self._metrics.upstream_errors.labels(model.name, "connect").inc()
                 last_failure = f"{endpoint.url} could not be reached ({type(exc).__name__})"
                 log.warning(
@@ -96,14 +97,16 @@ class Upstream:
                     endpoint.url,
                     type(exc).__name__,
                 )
-                continue
-            if response.status in _RETRYABLE_STATUS and len(tried) < _MAX_ATTEMPTS:
-                self._metrics.upstream_errors.labels(model.name, f"status_{response.status}").inc()
-                last_failure = f"{endpoint.url} answered {response.status}"
-                endpoint.inflight -= 1
-                response.release()
-                continue
-            return UpstreamResponse(endpoint, response)
+            except TimeoutError:
+                self._metrics.upstream_errors.labels(model.name, "timeout").inc()
+                raise GatewayError(
+                    ErrorCode.UPSTREAM_TIMEOUT,
+                    f"The worker for model '{model.name}' did not answer in time.",
+                ) from None
+            finally:
+                # Also on cancellation (the client left): the slot must not leak.
+                if not handed_over:
+                    endpoint.inflight -= 1
         raise GatewayError(
             ErrorCode.NO_HEALTHY_UPSTREAM,
             f"No worker for model '{model.name}' is available: {last_failure}.",

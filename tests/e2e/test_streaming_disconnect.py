@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import openai
+import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from tests.conftest import FAKE_MODEL, Gateway, worker_record
@@ -73,3 +75,30 @@ def test_a_finished_stream_is_not_counted_as_a_disconnect(gateway: Gateway, fake
     _wait_for_state(fake_worker, request_id, "completed", within_s=1.0)
     (row,) = gateway.usage(key["team"])
     assert (row["disconnects"], row["errors"], row["completion_tokens"]) == (0, 0, 3)
+
+
+def test_a_client_leaving_a_non_streaming_request_cancels_the_worker_call(
+    gateway: Gateway, fake_worker: str
+) -> None:
+    key = gateway.new_key()
+    client = gateway.client(key["key"], timeout=0.5)
+    with pytest.raises(openai.APITimeoutError):
+        client.chat.completions.create(
+            model=FAKE_MODEL,
+            messages=HELLO,
+            extra_headers={
+                "x-request-id": f"leave-{key['id']}",
+                "x-fake-tokens": "50",
+                "x-fake-token-delay-ms": "100",
+            },
+        )
+    left_at = time.monotonic()
+    _wait_for_state(fake_worker, f"leave-{key['id']}", "disconnected", within_s=1.0)
+    assert time.monotonic() - left_at < 1.0
+    deadline = time.monotonic() + 2
+    rows = gateway.usage(key["team"])
+    while not rows and time.monotonic() < deadline:
+        time.sleep(0.05)
+        rows = gateway.usage(key["team"])
+    (row,) = rows
+    assert (row["requests"], row["disconnects"], row["completion_tokens"]) == (1, 1, 0)
