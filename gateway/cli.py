@@ -89,7 +89,8 @@ class AdminClient:
                 raw = response.read()
                 ctype = response.headers.get("content-type", "")
         except urllib.error.HTTPError as exc:
-            raise CliError(_error_message(exc.code, exc.read())) from None
+            with exc:
+                raise CliError(_error_message(exc.code, exc.read())) from None
         except urllib.error.URLError as exc:
             raise CliError(f"cannot reach the gateway at {self._base}: {exc.reason}") from None
         return json.loads(raw) if ctype.startswith("application/json") else raw.decode()

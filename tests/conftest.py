@@ -56,9 +56,10 @@ def worker_record(worker_url: str, request_id: str) -> dict[str, Any] | None:
             record: dict[str, Any] = json.loads(resp.read())
             return record
     except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise
+        with exc:
+            if exc.code == 404:
+                return None
+            raise
 
 
 @dataclass
@@ -67,6 +68,7 @@ class Gateway:
     admin_token: str
     settings: Settings
     secrets_created: list[str] = field(default_factory=list)
+    clients: list[openai.OpenAI] = field(default_factory=list)
 
     @property
     def admin(self) -> AdminClient:
@@ -84,7 +86,13 @@ class Gateway:
         return key
 
     def client(self, key: str, **kwargs: Any) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, **kwargs)
+        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, **kwargs)
+        self.clients.append(client)  # closed with the gateway: open pools would leak sockets
+        return client
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
 
     def usage(self, team: str) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = self.admin.call("GET", "/admin/v1/usage", team=team)["data"]
@@ -121,7 +129,11 @@ def make_gateway(redis_server: EmbeddedRedis, fake_worker: str) -> GatewayFactor
         settings = Settings(**{**fields, **overrides})
         app = create_app(settings, table or default_table(fake_worker))
         with run_uvicorn(app, port=settings.port) as url:
-            yield Gateway(url=url, admin_token=admin_token, settings=settings)
+            gw = Gateway(url=url, admin_token=admin_token, settings=settings)
+            try:
+                yield gw
+            finally:
+                gw.close()
 
     return factory
 

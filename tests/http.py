@@ -41,7 +41,8 @@ def post(
                 response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
             )
     except urllib.error.HTTPError as exc:
-        return Reply(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
+        with exc:  # an unclosed error response leaks its socket
+            return Reply(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
 
 
 def get(url: str, *, key: str | None = None, timeout: float = 30) -> Reply:
@@ -54,7 +55,8 @@ def get(url: str, *, key: str | None = None, timeout: float = 30) -> Reply:
                 response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
             )
     except urllib.error.HTTPError as exc:
-        return Reply(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
+        with exc:  # an unclosed error response leaks its socket
+            return Reply(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
 
 
 def sse_data(body: bytes) -> list[bytes]:

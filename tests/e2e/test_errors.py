@@ -192,7 +192,9 @@ def test_worker_failing_mid_stream_gives_one_error_event_then_done(gateway: Gate
         f"{gateway.url}/v1/chat/completions",
         {"model": FAKE_MODEL, "messages": HELLO, "stream": True},
         key=key["key"],
-        headers={"x-fake-tokens": "10", "x-fake-fail-after": "4"},
+        # Spaced tokens arrive in reads of their own; the last may share a read with the broken
+        # connection, and what sits in such a read is lost with it.
+        headers={"x-fake-tokens": "10", "x-fake-fail-after": "4", "x-fake-token-delay-ms": "30"},
     )
     assert reply.status == 200
     assert "content-length" not in reply.headers
@@ -202,9 +204,11 @@ def test_worker_failing_mid_stream_gives_one_error_event_then_done(gateway: Gate
     assert len(error_events) == 1
     assert error_events[0] == events[-2]
     assert b"upstream_error" in error_events[0]
-    assert sum(b'"content":"tok' in e for e in events) == 4
+    relayed = sum(b'"content":"tok' in e for e in events)
+    assert 3 <= relayed <= 4
     (row,) = gateway.usage(key["team"])
-    assert (row["requests"], row["errors"], row["completion_tokens"]) == (1, 1, 4)
+    # Metered: exactly the tokens the client received.
+    assert (row["requests"], row["errors"], row["completion_tokens"]) == (1, 1, relayed)
 
 
 def test_sdk_raises_on_a_mid_stream_failure(gateway: Gateway) -> None:
