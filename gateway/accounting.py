@@ -65,7 +65,12 @@ async def meter(
     record = settle(
         services, ctx, prompt=prompt, completion=completion, error=error, disconnected=disconnected
     )
-    await services.meter.try_record(record)
+    await write(services, record)
+
+
+async def write(services: Services, record: UsageRecord) -> None:
+    if not await services.meter.try_record(record):
+        services.metrics.metering_failures.inc()
 
 
 async def meter_stream(

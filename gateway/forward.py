@@ -143,5 +143,5 @@ async def _whole_answer(
         headers={**limit_headers, **answer.forwarded_headers},
         media_type=answer.content_type,
         # Written after the answer has gone: the client does not wait on Redis.
-        background=BackgroundTask(services.meter.try_record, record),
+        background=BackgroundTask(accounting.write, services, record),
     )

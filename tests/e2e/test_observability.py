@@ -125,3 +125,27 @@ def test_no_secret_reaches_any_log_line(gateway: Gateway, all_logs: list[str]) -
     assert gateway.admin_token not in text
     listing = gateway.admin.call("GET", "/admin/v1/keys", team=key["team"])
     assert secret not in str(listing)
+
+
+def test_redis_going_away_mid_run_never_breaks_an_answer(make_gateway: GatewayFactory) -> None:
+    from gateway.embedded_redis import EmbeddedRedis
+
+    with (
+        EmbeddedRedis() as own_redis,
+        make_gateway(redis_url=own_redis.url, key_cache_ttl_s=30, redis_timeout_s=0.5) as gw,
+    ):
+        client = gw.client(gw.new_key()["key"])
+        client.chat.completions.create(model=FAKE_MODEL, messages=HELLO)
+        own_redis.stop()
+        # The key is in this replica's cache: the answer still comes, and the lost usage write is counted.
+        reply = client.chat.completions.create(model=FAKE_MODEL, messages=HELLO)
+        assert reply.choices[0].message.content
+        assert _samples(gw)["sluicegate_metering_failures_total"][()] == 1
+        # An unknown key cannot be checked without Redis: a clear 503.
+        refused = post(
+            f"{gw.url}/v1/chat/completions",
+            {"model": FAKE_MODEL, "messages": HELLO},
+            key="sk-sg-unknown-key-1234",
+        )
+        assert refused.status == 503
+        assert refused.json()["error"]["code"] == "redis_unavailable"
