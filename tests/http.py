@@ -20,6 +20,17 @@ class Reply:
         return json.loads(self.body)
 
 
+def _send(request: urllib.request.Request, timeout: float) -> Reply:
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            return Reply(
+                response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
+            )
+    except urllib.error.HTTPError as exc:
+        with exc:  # an unclosed error response leaks its socket
+            return Reply(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
+
+
 def post(
     url: str,
     body: bytes | dict[str, Any],
@@ -35,28 +46,14 @@ def post(
         request.add_header("authorization", f"Bearer {key}")
     for name, value in (headers or {}).items():
         request.add_header(name, value)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            return Reply(
-                response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
-            )
-    except urllib.error.HTTPError as exc:
-        with exc:  # an unclosed error response leaks its socket
-            return Reply(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
+    return _send(request, timeout)
 
 
 def get(url: str, *, key: str | None = None, timeout: float = 30) -> Reply:
     request = urllib.request.Request(url)  # noqa: S310
     if key:
         request.add_header("authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            return Reply(
-                response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
-            )
-    except urllib.error.HTTPError as exc:
-        with exc:  # an unclosed error response leaks its socket
-            return Reply(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
+    return _send(request, timeout)
 
 
 def sse_data(body: bytes) -> list[bytes]:

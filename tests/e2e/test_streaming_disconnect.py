@@ -4,6 +4,7 @@ what was relayed must be metered."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import openai
 import pytest
@@ -23,6 +24,17 @@ def _wait_for_state(worker_url: str, request_id: str, state: str, within_s: floa
     assert record is not None
     assert record["state"] == state, record
     return record
+
+
+def _metered(gateway: Gateway, team: str) -> dict[str, Any]:
+    """The team's one usage row, once the end-of-request write has landed."""
+    deadline = time.monotonic() + 2
+    rows = gateway.usage(team)
+    while not rows and time.monotonic() < deadline:
+        time.sleep(0.05)
+        rows = gateway.usage(team)
+    (row,) = rows
+    return row
 
 
 def test_client_disconnect_closes_the_worker_connection_and_meters_what_was_sent(
@@ -52,12 +64,7 @@ def test_client_disconnect_closes_the_worker_connection_and_meters_what_was_sent
     assert 5 <= sent < 200
 
     # Metered: one request, flagged as a disconnect, with the tokens the gateway relayed.
-    deadline = time.monotonic() + 2
-    rows = gateway.usage(key["team"])
-    while not rows and time.monotonic() < deadline:
-        time.sleep(0.05)
-        rows = gateway.usage(key["team"])
-    (row,) = rows
+    row = _metered(gateway, key["team"])
     assert row["requests"] == 1
     assert row["disconnects"] == 1
     assert 5 <= row["completion_tokens"] <= sent
@@ -95,10 +102,5 @@ def test_a_client_leaving_a_non_streaming_request_cancels_the_worker_call(
     left_at = time.monotonic()
     _wait_for_state(fake_worker, f"leave-{key['id']}", "disconnected", within_s=1.0)
     assert time.monotonic() - left_at < 1.0
-    deadline = time.monotonic() + 2
-    rows = gateway.usage(key["team"])
-    while not rows and time.monotonic() < deadline:
-        time.sleep(0.05)
-        rows = gateway.usage(key["team"])
-    (row,) = rows
+    row = _metered(gateway, key["team"])
     assert (row["requests"], row["disconnects"], row["completion_tokens"]) == (1, 1, 0)
