@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint unit bench clean
+.PHONY: demo test test-fast test-vllm lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ lint: $(BIN)/.installed
 
 test: lint
 	$(BIN)/python -m pytest
+
+# A real vLLM (CPU build, tiny local model) behind the gateway: its own 3.4 GB venv under .cache/.
+test-vllm: $(BIN)/.installed
+	workers/vllm/setup.sh
+	SLUICEGATE_TEST_VLLM=1 $(BIN)/python -m pytest tests/vllm
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/gateway_bench.py

@@ -115,19 +115,18 @@ def default_table(worker_url: str, **timeouts: float) -> ModelTable:
     )
 
 
-@pytest.fixture
-def make_gateway(redis_server: EmbeddedRedis, fake_worker: str) -> GatewayFactory:
+def _gateway_factory(redis_url: str, worker_url: str) -> GatewayFactory:
     @contextlib.contextmanager
     def factory(table: ModelTable | None = None, **overrides: Any) -> Iterator[Gateway]:
         admin_token = "adm-" + secrets.token_urlsafe(16)
         fields: dict[str, Any] = {
-            "redis_url": redis_server.url,
+            "redis_url": redis_url,
             "admin_token": admin_token,
             "host": "127.0.0.1",
             "port": free_port(),
         }
         settings = Settings(**{**fields, **overrides})
-        app = create_app(settings, table or default_table(fake_worker))
+        app = create_app(settings, table or default_table(worker_url))
         with run_uvicorn(app, port=settings.port) as url:
             gw = Gateway(url=url, admin_token=admin_token, settings=settings)
             try:
@@ -136,6 +135,18 @@ def make_gateway(redis_server: EmbeddedRedis, fake_worker: str) -> GatewayFactor
                 gw.close()
 
     return factory
+
+
+@pytest.fixture
+def make_gateway(redis_server: EmbeddedRedis, fake_worker: str) -> GatewayFactory:
+    """Builds real gateways (default: in front of the fake worker) that live within one test."""
+    return _gateway_factory(redis_server.url, fake_worker)
+
+
+@pytest.fixture(scope="module")
+def make_gateway_module(redis_server: EmbeddedRedis, fake_worker: str) -> GatewayFactory:
+    """The same, for gateways shared by a module's tests (in front of a slow-to-start worker)."""
+    return _gateway_factory(redis_server.url, fake_worker)
 
 
 @pytest.fixture
