@@ -53,7 +53,7 @@ start=$SECONDS
 setsid "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
   --model "$MODEL" --served-model-name "$NAME" --host 127.0.0.1 --port "$PORT" \
   --max-model-len 2048 --dtype bfloat16 \
-  --enable-auto-tool-choice --tool-call-parser hermes "${TOOL_ARGS[@]}" \
+  --enable-auto-tool-choice --tool-call-parser hermes --enable-request-id-headers "${TOOL_ARGS[@]}" \
   "$@" >"$LOG" 2>&1 </dev/null &
 PID=$!
 echo "$PID" >"$PIDFILE"
