@@ -19,7 +19,10 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
+# The whole suite: lint, the fast tests, then the real-vLLM tests (what CI runs).
+test: test-fast test-vllm
+
+test-fast: lint
 	$(BIN)/python -m pytest
 
 # A real vLLM (CPU build, tiny local model) behind the gateway: its own 3.4 GB venv under .cache/.
