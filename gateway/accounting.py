@@ -31,7 +31,7 @@ def settle(
     error: bool = False,
     disconnected: bool = False,
 ) -> UsageRecord:
-    """Counts the request in Prometheus and returns the record for Redis (`meter.try_record`).
+    """Counts the request in Prometheus and returns the record for Redis.
     Usage is keyed by the resolved model name, never by the alias the client sent."""
     record = UsageRecord(
         request_id=ctx.request_id,
@@ -53,7 +53,7 @@ def settle(
     return record
 
 
-async def meter(
+def meter(
     services: Services,
     ctx: RequestContext,
     *,
@@ -62,18 +62,12 @@ async def meter(
     error: bool = False,
     disconnected: bool = False,
 ) -> None:
-    record = settle(
-        services, ctx, prompt=prompt, completion=completion, error=error, disconnected=disconnected
+    services.meter.submit(
+        settle(services, ctx, prompt=prompt, completion=completion, error=error, disconnected=disconnected)
     )
-    await write(services, record)
 
 
-async def write(services: Services, record: UsageRecord) -> None:
-    if not await services.meter.try_record(record):
-        services.metrics.metering_failures.inc()
-
-
-async def meter_stream(
+def meter_stream(
     services: Services, ctx: RequestContext, estimated_prompt: int, outcome: RelayOutcome
 ) -> None:
     metrics = services.metrics
@@ -90,7 +84,7 @@ async def meter_stream(
             metrics.time_per_output_token.labels(ctx.model).observe(
                 (outcome.last_token_at - outcome.first_token_at) / (completion - 1)
             )
-    await meter(
+    meter(
         services,
         ctx,
         prompt=prompt,

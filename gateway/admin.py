@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import datetime as dt
 import hmac
@@ -44,8 +45,10 @@ def _guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         if not hmac.compare_digest(given.encode(), expected.encode()):
             raise GatewayError(ErrorCode.ADMIN_UNAUTHORIZED, "Missing or wrong admin token.")
         try:
-            return await handler(request, services)
-        except RedisError:
+            # Admin calls make a few Redis round trips; bound them together.
+            async with asyncio.timeout(4 * services.settings.redis_timeout_s):
+                return await handler(request, services)
+        except (RedisError, TimeoutError):
             raise GatewayError(
                 ErrorCode.REDIS_UNAVAILABLE, "Redis is unavailable; try again shortly."
             ) from None

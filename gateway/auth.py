@@ -7,6 +7,7 @@ drops the entry at once.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from redis.exceptions import RedisError
@@ -30,9 +31,10 @@ def bearer_token(headers: Headers) -> str | None:
 
 
 class Authenticator:
-    def __init__(self, store: KeyStore, *, cache_ttl_s: float) -> None:
+    def __init__(self, store: KeyStore, *, cache_ttl_s: float, timeout_s: float) -> None:
         self._store = store
         self._ttl = cache_ttl_s
+        self._timeout_s = timeout_s
         self._cache: dict[str, tuple[KeyRecord | None, float]] = {}
 
     async def authenticate(self, headers: Headers) -> KeyRecord:
@@ -56,8 +58,9 @@ class Authenticator:
         if cached is not None and cached[1] > now:
             return cached[0]
         try:
-            record = await self._store.lookup(secret_hash)
-        except RedisError:
+            async with asyncio.timeout(self._timeout_s):
+                record = await self._store.lookup(secret_hash)
+        except (RedisError, TimeoutError):
             if cached is not None and cached[0] is not None:
                 # A key this replica saw moments ago keeps working through a Redis blip.
                 return cached[0]

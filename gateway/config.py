@@ -71,7 +71,7 @@ class Settings:
     max_body_bytes: int = 10 * 1024 * 1024
     key_cache_ttl_s: float = 1.0
     redis_timeout_s: float = 2.0
-    redis_max_connections: int = 64
+    redis_max_connections: int = 256
     log_level: str = "info"
 
     @classmethod

@@ -7,7 +7,6 @@ After the request body has been read, the ASGI `receive` channel has nothing lef
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -23,18 +22,27 @@ async def client_gone(receive: Receive) -> None:
 
 
 async def unless_client_leaves(work: Awaitable[T], receive: Receive) -> tuple[bool, T | None]:
-    """Runs `work`; if the client leaves first, cancels it (closing any worker connection it
-    holds) and returns (False, None). Otherwise (True, its result)."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(client_gone(receive))
+    """Runs `work` in this task; if the client leaves first, cancels it (closing any worker
+    connection it holds) and returns (False, None). Otherwise (True, its result).
+
+    One watcher task and no `asyncio.wait`: this sits on every request's path."""
+    current = asyncio.current_task()
+    assert current is not None
+    left = False
+
+    async def watch() -> None:
+        nonlocal left
+        await client_gone(receive)
+        left = True
+        current.cancel()
+
+    watcher = asyncio.ensure_future(watch())
     try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+        return True, await work
+    except asyncio.CancelledError:
+        if not left:
+            raise  # someone else's cancellation (shutdown): not ours to swallow
+        current.uncancel()
+        return False, None
     finally:
         watcher.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    if task.cancelled():
-        return False, None
-    return True, task.result()

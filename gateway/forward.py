@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 
-from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive
 
@@ -96,11 +95,11 @@ async def relay(
         )
     except GatewayError:
         inflight.dec()
-        await accounting.meter(services, ctx, prompt=0, completion=0, error=True)
+        accounting.meter(services, ctx, prompt=0, completion=0, error=True)
         raise
     if fetched is None or not answered:
         inflight.dec()
-        await accounting.meter(
+        accounting.meter(
             services, ctx, prompt=call.estimated_prompt_tokens(), completion=0, disconnected=True
         )
         return Response(status_code=CLIENT_CLOSED)
@@ -122,7 +121,7 @@ async def _stream_done(
     services: Services, ctx: RequestContext, estimated_prompt: int, outcome: RelayOutcome
 ) -> None:
     services.metrics.inflight.labels(ctx.model).dec()
-    await accounting.meter_stream(services, ctx, estimated_prompt, outcome)
+    accounting.meter_stream(services, ctx, estimated_prompt, outcome)
 
 
 async def _whole_answer(
@@ -131,17 +130,13 @@ async def _whole_answer(
     failure = answer.failure(ctx.model)
     if failure is not None:
         services.metrics.upstream_errors.labels(ctx.model, f"status_{answer.status}").inc()
-        await accounting.meter(services, ctx, prompt=0, completion=0, error=True)
+        accounting.meter(services, ctx, prompt=0, completion=0, error=True)
         raise failure
     prompt, completion = accounting.usage_tokens(answer.usage)
-    record = accounting.settle(
-        services, ctx, prompt=prompt, completion=completion, error=answer.status != 200
-    )
+    accounting.meter(services, ctx, prompt=prompt, completion=completion, error=answer.status != 200)
     return Response(
         answer.body,
         status_code=answer.status,
         headers={**limit_headers, **answer.forwarded_headers},
         media_type=answer.content_type,
-        # Written after the answer has gone: the client does not wait on Redis.
-        background=BackgroundTask(accounting.write, services, record),
     )

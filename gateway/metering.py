@@ -9,15 +9,18 @@ Counters: requests, prompt_tokens, completion_tokens, errors, disconnects.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import logging
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway import redis_keys
+from gateway.metrics import Metrics
 from gateway.scripts import load_script
 
 log = logging.getLogger("sluicegate.metering")
@@ -25,6 +28,27 @@ log = logging.getLogger("sluicegate.metering")
 _MARKER_TTL_S = 24 * 3600
 _USAGE_TTL_S = 400 * 24 * 3600
 COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "errors", "disconnects")
+
+
+def _keys(usage: UsageRecord) -> list[str]:
+    return [
+        redis_keys.request_marker(usage.team, usage.request_id),
+        redis_keys.usage_day(usage.team, usage.day),
+        redis_keys.usage_days(usage.team),
+    ]
+
+
+def _args(usage: UsageRecord) -> list[str | int]:
+    return [
+        _MARKER_TTL_S,
+        _USAGE_TTL_S,
+        usage.day,
+        f"{usage.key_id}|{usage.model}",
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        int(usage.error),
+        int(usage.disconnected),
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,48 +69,96 @@ class UsageRecord:
 
 
 class Meter:
-    def __init__(self, redis: Redis) -> None:
+    """Usage writes leave the request path: a finished request submits its record and returns at
+    once; one flusher task writes everything pending in a single pipelined round trip, so under
+    load many requests share one. Records that cannot be written stay queued (bounded, oldest
+    dropped first and counted) and are retried; every write is idempotent per request id."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        metrics: Metrics,
+        *,
+        timeout_s: float,
+        max_pending: int = 100_000,
+        max_batch: int = 512,
+    ) -> None:
         self._redis = redis
         self._script = load_script(redis, "meter")
+        self._metrics = metrics
+        self._timeout_s = timeout_s
+        self._max_pending = max_pending
+        self._max_batch = max_batch
+        self._pending: deque[UsageRecord] = deque()
+        self._wakeup = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
+        self._flusher: asyncio.Task[None] | None = None
+
+    def submit(self, usage: UsageRecord) -> None:
+        if len(self._pending) >= self._max_pending:
+            self._pending.popleft()
+            self._metrics.metering_dropped.inc()
+        self._pending.append(usage)
+        self._metrics.metering_pending.set(len(self._pending))
+        self._wakeup.set()
+
+    def start(self) -> None:
+        self._flusher = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        await self.flush()
+        if self._pending:
+            log.error("usage records not written at shutdown: %d", len(self._pending))
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            if await self.flush():
+                backoff = 0.05
+            else:
+                await asyncio.sleep(backoff)  # Redis is down: retry, but do not spin
+                backoff = min(backoff * 2, 2.0)
+                self._wakeup.set()
+
+    async def flush(self) -> bool:
+        """Writes everything pending; False if Redis could not take it (the records stay)."""
+        async with self._flush_lock:
+            while self._pending:
+                batch = [self._pending.popleft() for _ in range(min(self._max_batch, len(self._pending)))]
+                try:
+                    async with asyncio.timeout(self._timeout_s):
+                        await self._write(batch)
+                except (RedisError, TimeoutError) as exc:
+                    self._pending.extendleft(reversed(batch))
+                    self._metrics.metering_failures.inc()
+                    self._metrics.metering_pending.set(len(self._pending))
+                    log.warning("usage write failed, %d pending: %s", len(self._pending), type(exc).__name__)
+                    return False
+            self._metrics.metering_pending.set(0)
+            return True
+
+    async def _write(self, batch: list[UsageRecord]) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for usage in batch:
+                await self._script(keys=_keys(usage), args=_args(usage), client=pipe)
+            await pipe.execute()
 
     async def record(self, usage: UsageRecord) -> bool:
-        """True when written, False when this request id was already recorded."""
-        written = await self._script(
-            keys=[
-                redis_keys.request_marker(usage.team, usage.request_id),
-                redis_keys.usage_day(usage.team, usage.day),
-                redis_keys.usage_days(usage.team),
-            ],
-            args=[
-                _MARKER_TTL_S,
-                _USAGE_TTL_S,
-                usage.day,
-                f"{usage.key_id}|{usage.model}",
-                usage.prompt_tokens,
-                usage.completion_tokens,
-                int(usage.error),
-                int(usage.disconnected),
-            ],
-        )
-        return bool(written)
-
-    async def try_record(self, usage: UsageRecord) -> bool:
-        try:
-            await self.record(usage)
-        except RedisError as exc:
-            log.warning(
-                "usage not written request_id=%s team=%s error=%s",
-                usage.request_id,
-                usage.team,
-                type(exc).__name__,
-            )
-            return False
-        return True
+        """Writes one record now: True when written, False when its request id was already."""
+        return bool(await self._script(keys=_keys(usage), args=_args(usage)))
 
     async def report(
         self, teams: list[str], since: dt.date | None, until: dt.date | None
     ) -> list[dict[str, object]]:
-        """Rows per team, key, model and day, oldest first; since/until are inclusive."""
+        """Rows per team, key, model and day, oldest first; since/until are inclusive. This
+        replica's pending writes go first, so its own answers are always in the report."""
+        await self.flush()
         rows: list[dict[str, object]] = []
         for team in teams:
             days = sorted(

@@ -89,6 +89,16 @@ class Metrics:
         )
         self.metering_failures = Counter(
             "sluicegate_metering_failures_total",
-            "Usage records that could not be written to Redis.",
+            "Usage writes to Redis that failed (the records stay queued and are retried).",
+            registry=r,
+        )
+        self.metering_pending = Gauge(
+            "sluicegate_metering_pending",
+            "Usage records waiting to be written to Redis.",
+            registry=r,
+        )
+        self.metering_dropped = Counter(
+            "sluicegate_metering_dropped_total",
+            "Usage records dropped because the pending queue was full.",
             registry=r,
         )

@@ -6,6 +6,7 @@ equivalent of a sliding window: with rpm=5 the sixth request within a minute is 
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,8 +79,9 @@ def _duration(seconds: float) -> str:
 
 
 class RateLimiter:
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, *, timeout_s: float) -> None:
         self._script = load_script(redis, "gcra")
+        self._timeout_s = timeout_s
 
     async def admit(self, limits: Sequence[Limit], cost: int = 1) -> Admission:
         if not limits:
@@ -88,8 +90,9 @@ class RateLimiter:
         for limit in limits:
             args.extend((limit.burst, limit.rate, limit.period_s))
         try:
-            reply = await self._script(keys=[limit.redis_key for limit in limits], args=args)
-        except RedisError:
+            async with asyncio.timeout(self._timeout_s):
+                reply = await self._script(keys=[limit.redis_key for limit in limits], args=args)
+        except (RedisError, TimeoutError):
             raise GatewayError(
                 ErrorCode.REDIS_UNAVAILABLE, "The rate limiter is unavailable; try again shortly."
             ) from None

@@ -19,7 +19,7 @@ def _run(redis_url: str, scenario: Callable[[RateLimiter, Redis], Awaitable[T]])
     async def main() -> T:
         redis = Redis.from_url(redis_url)
         try:
-            return await scenario(RateLimiter(redis), redis)
+            return await scenario(RateLimiter(redis, timeout_s=2), redis)
         finally:
             await redis.aclose()
 

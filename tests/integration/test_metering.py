@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 
 from gateway.embedded_redis import EmbeddedRedis
 from gateway.metering import Meter, UsageRecord
+from gateway.metrics import Metrics
 
 
 def _record(request_id: str, day: str, model: str = "m", prompt: int = 3, completion: int = 5) -> UsageRecord:
@@ -29,7 +30,7 @@ def test_a_request_is_recorded_once_and_reported_by_day(redis_server: EmbeddedRe
     async def scenario() -> tuple[list[bool], list[dict[str, object]], list[dict[str, object]]]:
         redis = Redis.from_url(redis_server.url)
         try:
-            meter = Meter(redis)
+            meter = Meter(redis, Metrics(), timeout_s=2)
             written = [
                 await meter.record(_record("r1", "2026-11-20")),
                 await meter.record(_record("r1", "2026-11-20")),  # a retried write
