@@ -117,13 +117,36 @@ async def create_key(request: Request, services: Services) -> Response:
     rpm = body.get("rpm")
     if rpm is not None and (isinstance(rpm, bool) or not isinstance(rpm, int) or rpm < 1):
         raise GatewayError(ErrorCode.INVALID_REQUEST, "'rpm' must be a positive integer.", param="rpm")
+    expires_at = _expiry(body.get("expires_at"))
     try:
-        record, secret = await services.keystore.create_key(team, name=name, models=models, rpm=rpm)
+        record, secret = await services.keystore.create_key(
+            team, name=name, models=models, rpm=rpm, expires_at=expires_at
+        )
     except TeamNotFoundError:
         raise GatewayError(
             ErrorCode.TEAM_NOT_FOUND, f"The team '{team}' does not exist.", param="team"
         ) from None
     return _json({**record.public(), "key": secret}, 201)
+
+
+def _expiry(value: Any) -> float | None:
+    """`expires_at`: Unix seconds, or an ISO 8601 date or time (UTC unless it says otherwise)."""
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    if isinstance(value, str):
+        try:
+            when = dt.datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
+    raise GatewayError(
+        ErrorCode.INVALID_REQUEST,
+        "'expires_at' must be Unix seconds or an ISO 8601 date/time such as 2026-12-31T00:00:00Z.",
+        param="expires_at",
+    )
 
 
 async def list_keys(request: Request, services: Services) -> Response:
@@ -137,11 +160,28 @@ async def list_keys(request: Request, services: Services) -> Response:
 async def revoke_key(request: Request, services: Services) -> Response:
     key_id = request.path_params["key_id"]
     try:
-        record, secret_hash = await services.keystore.revoke(key_id)
+        record, hashes = await services.keystore.revoke(key_id)
     except KeyNotFoundError:
         raise GatewayError(ErrorCode.KEY_NOT_FOUND, f"No key has the id '{key_id}'.") from None
-    services.auth.forget(secret_hash)
+    for secret_hash in hashes:
+        services.auth.forget(secret_hash)
     return _json(record.public())
+
+
+async def rotate_key(request: Request, services: Services) -> Response:
+    key_id = request.path_params["key_id"]
+    grace = (await _json_body(request)).get("grace_seconds", 0)
+    if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= 90 * 86400:
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST,
+            "'grace_seconds' must be a number of seconds from 0 to 90 days.",
+            param="grace_seconds",
+        )
+    try:
+        record, secret = await services.keystore.rotate(key_id, float(grace))
+    except KeyNotFoundError:
+        raise GatewayError(ErrorCode.KEY_NOT_FOUND, f"No live key has the id '{key_id}'.") from None
+    return _json({**record.public(), "key": secret})
 
 
 def _date(request: Request, name: str) -> dt.date | None:
@@ -181,5 +221,6 @@ def admin_routes() -> list[Route]:
         Route("/admin/v1/keys", _guarded(create_key), methods=["POST"]),
         Route("/admin/v1/keys", _guarded(list_keys), methods=["GET"]),
         Route("/admin/v1/keys/{key_id}", _guarded(revoke_key), methods=["DELETE"]),
+        Route("/admin/v1/keys/{key_id}/rotate", _guarded(rotate_key), methods=["POST"]),
         Route("/admin/v1/usage", _guarded(usage), methods=["GET"]),
     ]

@@ -105,9 +105,13 @@ def create_app(
             metrics=metrics,
             upstream=Upstream(session, router, metrics),
         )
+        invalidations = asyncio.ensure_future(services.auth.follow_invalidations(redis))
         try:
             yield {"services": services}
         finally:
+            invalidations.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await invalidations
             await meter.stop()
             await session.close()
             await redis.aclose(close_connection_pool=True)

@@ -133,6 +133,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
             body["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
         if args.rpm is not None:
             body["rpm"] = args.rpm
+        if args.expires:
+            body["expires_at"] = args.expires
         key = client.call("POST", "/admin/v1/keys", body)
         if args.json:
             print(json.dumps(key))
@@ -144,10 +146,33 @@ def cmd_keys(args: argparse.Namespace) -> int:
         for key in keys:
             key["models"] = ",".join(key["models"]) if key["models"] else "*"
         print(_table(keys, ["id", "name", "models", "rpm", "revoked"]))
+    elif args.action == "rotate":
+        path = f"/admin/v1/keys/{urllib.parse.quote(args.id)}/rotate"
+        key = client.call("POST", path, {"grace_seconds": args.grace})
+        print(key["key"])
+        print(
+            f"# id {key['id']}: the new key is shown only now; the old one works for {args.grace:g} s more",
+            file=sys.stderr,
+        )
     else:
         key = client.call("DELETE", f"/admin/v1/keys/{urllib.parse.quote(args.id)}")
         print(f"revoked {key['id']}")
     return 0
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    """'90', '30s', '10m', '1h' or '2d' as seconds."""
+    unit = _DURATION_UNITS.get(text[-1:].lower())
+    try:
+        value = float(text[:-1] if unit else text) * (unit or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 30s, 10m, 1h, 2d)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("a duration cannot be negative")
+    return value
 
 
 def cmd_usage(args: argparse.Namespace) -> int:
@@ -194,10 +219,14 @@ def build_parser() -> argparse.ArgumentParser:
     keys_create.add_argument("--models", help="comma-separated model names this key may use")
     keys_create.add_argument("--rpm", type=int, help="requests per minute")
     keys_create.add_argument("--json", action="store_true", help="print {id, key, ...} as JSON")
+    keys_create.add_argument("--expires", help="when the key stops working: 2026-12-31 or an ISO time")
     keys_list = keys.add_parser("list")
     keys_list.add_argument("--team", required=True)
     keys_revoke = keys.add_parser("revoke")
     keys_revoke.add_argument("id")
+    keys_rotate = keys.add_parser("rotate", help="a new secret; the old one works for --grace more")
+    keys_rotate.add_argument("id")
+    keys_rotate.add_argument("--grace", type=duration, default=0.0, help="e.g. 30s, 10m, 1h (default 0)")
     for p in keys.choices.values():
         p.set_defaults(func=cmd_keys)
 

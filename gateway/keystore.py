@@ -3,13 +3,19 @@
 sg:teams                 SET   team names
 sg:team:<team>           HASH  name, created_at
 sg:team:<team>:keys      SET   key ids
-sg:key:<sha256>          HASH  the key record (id, team, name, models, rpm, created_at, revoked_at)
-sg:keyid:<id>            STR   sha256 of the key's secret, to find the record by id
+sg:key:<sha256>          HASH  the key record (id, team, name, models, rpm, created_at,
+                               revoked_at, expires_at)
+sg:keyid:<id>            STR   sha256 of the key's current secret, to find the record by id
+sg:keyid:<id>:retired    SET   hashes of secrets a rotation replaced (alive until their grace ends)
+
+Every change that can stop a secret from working (revoke, rotate) is published on
+`sg:keys:invalidate`, so every replica drops its cached copy at once.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import secrets
 import time
@@ -26,6 +32,9 @@ from gateway import redis_keys
 TEAM_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 KEY_PREFIX = "sk-sg-"
 SECRET_RE = re.compile(re.escape(KEY_PREFIX) + r"[A-Za-z0-9_-]{8,}")
+# A retired secret's record outlives its grace by this much, so late requests still get a clear
+# "expired" instead of "invalid".
+_RETIRED_RECORD_SLACK_S = 24 * 3600
 
 
 class TeamExistsError(Exception):
@@ -49,10 +58,19 @@ class KeyRecord:
     rpm: int | None  # None: no request-rate limit
     created_at: float
     revoked_at: float | None
+    expires_at: float | None = None
 
     @property
     def revoked(self) -> bool:
         return self.revoked_at is not None
+
+    def refusal(self, now: float) -> str | None:
+        """Why this secret may not be used at `now` (Unix time), or None."""
+        if self.revoked:
+            return f"API key {self.id} has been revoked."
+        if self.expires_at is not None and now >= self.expires_at:
+            return f"API key {self.id} has expired."
+        return None
 
     def may_use(self, model: str) -> bool:
         return self.models is None or model in self.models
@@ -68,6 +86,7 @@ class KeyRecord:
             "created_at": self.created_at,
             "revoked_at": self.revoked_at,
             "revoked": self.revoked,
+            "expires_at": self.expires_at,
         }
 
     @classmethod
@@ -75,6 +94,7 @@ class KeyRecord:
         models = orjson.loads(raw[b"models"]) if raw.get(b"models") else None
         rpm = raw.get(b"rpm")
         revoked_at = raw.get(b"revoked_at")
+        expires_at = raw.get(b"expires_at")
         return cls(
             id=raw[b"id"].decode(),
             team=raw[b"team"].decode(),
@@ -83,7 +103,21 @@ class KeyRecord:
             rpm=int(rpm) if rpm else None,
             created_at=float(raw[b"created_at"]),
             revoked_at=float(revoked_at) if revoked_at else None,
+            expires_at=float(expires_at) if expires_at else None,
         )
+
+    def fields(self) -> dict[FieldT, EncodableT]:
+        fields: dict[FieldT, EncodableT] = {
+            "id": self.id,
+            "team": self.team,
+            "name": self.name,
+            "models": orjson.dumps(sorted(self.models)) if self.models is not None else b"",
+            "rpm": str(self.rpm) if self.rpm is not None else "",
+            "created_at": repr(self.created_at),
+        }
+        if self.expires_at is not None:
+            fields["expires_at"] = repr(self.expires_at)
+        return fields
 
 
 def hash_secret(secret: str) -> str:
@@ -115,11 +149,11 @@ class KeyStore:
         name: str = "",
         models: Sequence[str] | None = None,
         rpm: int | None = None,
+        expires_at: float | None = None,
     ) -> tuple[KeyRecord, str]:
         """Returns the record and the secret; the secret is not stored and cannot be shown again."""
         if not await self.team_exists(team):
             raise TeamNotFoundError(team)
-        secret = KEY_PREFIX + secrets.token_urlsafe(32)
         record = KeyRecord(
             id="key_" + secrets.token_hex(8),
             team=team,
@@ -128,22 +162,47 @@ class KeyStore:
             rpm=rpm,
             created_at=time.time(),
             revoked_at=None,
+            expires_at=expires_at,
         )
-        secret_hash = hash_secret(secret)
-        fields: dict[FieldT, EncodableT] = {
-            "id": record.id,
-            "team": team,
-            "name": name,
-            "models": orjson.dumps(sorted(record.models)) if record.models is not None else b"",
-            "rpm": str(rpm) if rpm is not None else "",
-            "created_at": repr(record.created_at),
-        }
+        secret, secret_hash = _new_secret()
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(redis_keys.key_by_hash(secret_hash), mapping=fields)
+            pipe.hset(redis_keys.key_by_hash(secret_hash), mapping=record.fields())
             pipe.set(redis_keys.key_hash_by_id(record.id), secret_hash)
             pipe.sadd(redis_keys.team_keys(team), record.id)
             await pipe.execute()
         return record, secret
+
+    async def rotate(self, key_id: str, grace_s: float) -> tuple[KeyRecord, str]:
+        """A new secret for the same key; the old one keeps working for `grace_s`, then stops."""
+        old_hash, record = await self._current(key_id)
+        if record.revoked:
+            raise KeyNotFoundError(key_id)
+        secret, secret_hash = _new_secret()
+        grace_ends = time.time() + grace_s
+        old_ends = grace_ends if record.expires_at is None else min(grace_ends, record.expires_at)
+        old_key = redis_keys.key_by_hash(old_hash)
+        retired = redis_keys.retired_key_hashes(key_id)
+        keep_s = math.ceil(grace_s) + _RETIRED_RECORD_SLACK_S
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(redis_keys.key_by_hash(secret_hash), mapping=record.fields())
+            pipe.set(redis_keys.key_hash_by_id(key_id), secret_hash)
+            pipe.hset(old_key, "expires_at", repr(old_ends))
+            pipe.expire(old_key, keep_s)
+            pipe.sadd(retired, old_hash)
+            pipe.expire(retired, keep_s)
+            pipe.publish(redis_keys.KEY_INVALIDATIONS, old_hash)
+            await pipe.execute()
+        return record, secret
+
+    async def _current(self, key_id: str) -> tuple[str, KeyRecord]:
+        secret_hash_raw = await self._redis.get(redis_keys.key_hash_by_id(key_id))
+        if not secret_hash_raw:
+            raise KeyNotFoundError(key_id)
+        secret_hash = redis_keys.as_text(secret_hash_raw)
+        raw = await self._redis.hgetall(redis_keys.key_by_hash(secret_hash))
+        if not raw:
+            raise KeyNotFoundError(key_id)
+        return secret_hash, KeyRecord.from_hash(raw)
 
     async def lookup(self, secret_hash: str) -> KeyRecord | None:
         raw = await self._redis.hgetall(redis_keys.key_by_hash(secret_hash))
@@ -162,16 +221,24 @@ class KeyStore:
         records = [KeyRecord.from_hash(raw) for raw in raws if raw]
         return sorted(records, key=lambda r: r.created_at)
 
-    async def revoke(self, key_id: str) -> tuple[KeyRecord, str]:
-        """Marks the key revoked; returns it and its hash so caches can drop it at once."""
-        secret_hash_raw = await self._redis.get(redis_keys.key_hash_by_id(key_id))
-        if not secret_hash_raw:
-            raise KeyNotFoundError(key_id)
-        secret_hash = redis_keys.as_text(secret_hash_raw)
-        record_key = redis_keys.key_by_hash(secret_hash)
-        # HSETNX keeps the first revocation time when a key is revoked twice.
-        await self._redis.hsetnx(record_key, "revoked_at", repr(time.time()))
-        raw = await self._redis.hgetall(record_key)
-        if not raw:
-            raise KeyNotFoundError(key_id)
-        return KeyRecord.from_hash(raw), secret_hash
+    async def revoke(self, key_id: str) -> tuple[KeyRecord, list[str]]:
+        """Marks the key, and every secret a rotation left alive, revoked; returns the record and
+        the hashes so this replica can drop them at once (others hear it on the channel)."""
+        secret_hash, _ = await self._current(key_id)
+        retired = await self._redis.smembers(redis_keys.retired_key_hashes(key_id))
+        hashes = [secret_hash, *(redis_keys.as_text(h) for h in retired)]
+        now = repr(time.time())
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for hashed in hashes:
+                # Only records that still exist; HSETNX keeps the first revocation time.
+                if hashed == secret_hash or await self._redis.exists(redis_keys.key_by_hash(hashed)):
+                    pipe.hsetnx(redis_keys.key_by_hash(hashed), "revoked_at", now)
+                pipe.publish(redis_keys.KEY_INVALIDATIONS, hashed)
+            await pipe.execute()
+        _, record = await self._current(key_id)
+        return record, hashes
+
+
+def _new_secret() -> tuple[str, str]:
+    secret = KEY_PREFIX + secrets.token_urlsafe(32)
+    return secret, hash_secret(secret)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 PREFIX = "sg"
 TEAMS = f"{PREFIX}:teams"
+KEY_INVALIDATIONS = f"{PREFIX}:keys:invalidate"  # pub/sub channel: secret hashes to drop from caches
 
 
 def team_tag(team: str) -> str:
@@ -29,6 +30,10 @@ def key_by_hash(secret_hash: str) -> str:
 
 def key_hash_by_id(key_id: str) -> str:
     return f"{PREFIX}:keyid:{key_id}"
+
+
+def retired_key_hashes(key_id: str) -> str:
+    return f"{PREFIX}:keyid:{key_id}:retired"
 
 
 def rate_limit(team: str, scope: str) -> str:

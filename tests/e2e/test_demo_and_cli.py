@@ -135,3 +135,25 @@ def test_admin_api_refuses_a_wrong_token_and_bad_input(gateway: Gateway) -> None
     assert _cli(gateway, "keys", "create", "--team", "no-such-team").stderr.count("HTTP 404") == 1
     team = gateway.new_team()
     assert "HTTP 409" in _cli(gateway, "teams", "create", team).stderr
+
+
+def test_cli_rotates_with_a_grace_and_creates_expiring_keys(gateway: Gateway) -> None:
+    team = gateway.new_team()
+    created = _cli(gateway, "keys", "create", "--team", team, "--expires", "2099-01-01", "--json")
+    key = json.loads(created.stdout)
+    gateway.secrets_created.append(key["key"])
+    assert key["expires_at"] == 4070908800.0
+    rotated = _cli(gateway, "keys", "rotate", key["id"], "--grace", "1h")
+    assert rotated.returncode == 0, rotated.stderr
+    new_secret = rotated.stdout.strip()
+    gateway.secrets_created.append(new_secret)
+    assert new_secret.startswith("sk-sg-")
+    assert new_secret != key["key"]
+    assert "3600 s" in rotated.stderr
+    client = gateway.client(new_secret)
+    assert client.chat.completions.create(
+        model=FAKE_MODEL, messages=[{"role": "user", "content": "x"}]
+    ).choices
+    bad = _cli(gateway, "keys", "rotate", key["id"], "--grace", "soon")
+    assert bad.returncode == 2
+    assert "not a duration" in bad.stderr
