@@ -7,6 +7,7 @@ from typing import Any
 
 from gateway.context import RequestContext
 from gateway.metering import UsageRecord
+from gateway.ratelimit import Admission
 from gateway.relay import RelayOutcome
 from gateway.services import Services
 
@@ -25,6 +26,7 @@ def usage_tokens(usage: dict[str, Any] | None) -> tuple[int, int]:
 def settle(
     services: Services,
     ctx: RequestContext,
+    admission: Admission,
     *,
     prompt: int,
     completion: int,
@@ -43,6 +45,7 @@ def settle(
         error=error,
         disconnected=disconnected,
         day=UsageRecord.today(),
+        settlements=tuple(admission.settlements(prompt, completion)),
     )
     ctx.prompt_tokens, ctx.completion_tokens = prompt, completion
     ctx.outcome = "disconnected" if disconnected else ("error" if error else "ok")
@@ -56,6 +59,7 @@ def settle(
 def meter(
     services: Services,
     ctx: RequestContext,
+    admission: Admission,
     *,
     prompt: int,
     completion: int,
@@ -63,12 +67,24 @@ def meter(
     disconnected: bool = False,
 ) -> None:
     services.meter.submit(
-        settle(services, ctx, prompt=prompt, completion=completion, error=error, disconnected=disconnected)
+        settle(
+            services,
+            ctx,
+            admission,
+            prompt=prompt,
+            completion=completion,
+            error=error,
+            disconnected=disconnected,
+        )
     )
 
 
 def meter_stream(
-    services: Services, ctx: RequestContext, estimated_prompt: int, outcome: RelayOutcome
+    services: Services,
+    ctx: RequestContext,
+    admission: Admission,
+    estimated_prompt: int,
+    outcome: RelayOutcome,
 ) -> None:
     metrics = services.metrics
     if outcome.usage is not None:
@@ -87,6 +103,7 @@ def meter_stream(
     meter(
         services,
         ctx,
+        admission,
         prompt=prompt,
         completion=completion,
         error=outcome.error_reason is not None,

@@ -22,6 +22,7 @@ from gateway.calls import read_body
 from gateway.config import MODEL_NAME_RE
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keystore import TEAM_NAME_RE, KeyNotFoundError, TeamExistsError, TeamNotFoundError
+from gateway.limits import LimitSet, parse_limits
 from gateway.services import Services
 
 _ADMIN_BODY_LIMIT = 64 * 1024
@@ -67,6 +68,14 @@ async def _json_body(request: Request) -> dict[str, Any]:
     return body
 
 
+def _no_team(name: str) -> GatewayError:
+    return GatewayError(ErrorCode.TEAM_NOT_FOUND, f"The team '{name}' does not exist.", param="team")
+
+
+def _no_key(key_id: str) -> GatewayError:
+    return GatewayError(ErrorCode.KEY_NOT_FOUND, f"No key has the id '{key_id}'.")
+
+
 def _team_name(value: Any, param: str = "team") -> str:
     if not isinstance(value, str) or not TEAM_NAME_RE.match(value):
         raise GatewayError(
@@ -79,14 +88,44 @@ def _team_name(value: Any, param: str = "team") -> str:
 
 
 async def create_team(request: Request, services: Services) -> Response:
-    name = _team_name((await _json_body(request)).get("name"), "name")
+    body = await _json_body(request)
+    name = _team_name(body.get("name"), "name")
     try:
-        team = await services.keystore.create_team(name)
+        team = await services.keystore.create_team(name, parse_limits(body, budgets=True))
     except TeamExistsError:
         raise GatewayError(
             ErrorCode.TEAM_EXISTS, f"The team '{name}' already exists.", param="name"
         ) from None
     return _json(team, 201)
+
+
+def _changes(body: dict[str, Any], *, budgets: bool) -> tuple[LimitSet, set[str]]:
+    """New limit values, and the names to remove: `{"clear": ["tpm", ...]}`."""
+    cleared = body.get("clear", [])
+    if not isinstance(cleared, list) or not all(isinstance(c, str) for c in cleared):
+        raise GatewayError(ErrorCode.INVALID_REQUEST, "'clear' must be a list of limit names.", param="clear")
+    return parse_limits(body, budgets=budgets), set(cleared)
+
+
+async def update_team(request: Request, services: Services) -> Response:
+    name = _team_name(request.path_params["team"], "team")
+    changes, cleared = _changes(await _json_body(request), budgets=True)
+    try:
+        limits = await services.keystore.update_team(name, changes, cleared)
+    except TeamNotFoundError:
+        raise _no_team(name) from None
+    services.auth.forget(f"team:{name}")
+    return _json({"name": name, "limits": limits.as_dict()})
+
+
+async def update_key(request: Request, services: Services) -> Response:
+    key_id = request.path_params["key_id"]
+    changes, cleared = _changes(await _json_body(request), budgets=False)
+    try:
+        record = await services.keystore.update_key(key_id, changes, cleared)
+    except KeyNotFoundError:
+        raise _no_key(key_id) from None
+    return _json(record.public())
 
 
 async def list_teams(request: Request, services: Services) -> Response:
@@ -114,18 +153,14 @@ async def create_key(request: Request, services: Services) -> Response:
             "'models' must be a non-empty list of model names.",
             param="models",
         )
-    rpm = body.get("rpm")
-    if rpm is not None and (isinstance(rpm, bool) or not isinstance(rpm, int) or rpm < 1):
-        raise GatewayError(ErrorCode.INVALID_REQUEST, "'rpm' must be a positive integer.", param="rpm")
+    limits = parse_limits(body, budgets=False)
     expires_at = _expiry(body.get("expires_at"))
     try:
         record, secret = await services.keystore.create_key(
-            team, name=name, models=models, rpm=rpm, expires_at=expires_at
+            team, name=name, models=models, limits=limits, expires_at=expires_at
         )
     except TeamNotFoundError:
-        raise GatewayError(
-            ErrorCode.TEAM_NOT_FOUND, f"The team '{team}' does not exist.", param="team"
-        ) from None
+        raise _no_team(team) from None
     return _json({**record.public(), "key": secret}, 201)
 
 
@@ -152,7 +187,7 @@ def _expiry(value: Any) -> float | None:
 async def list_keys(request: Request, services: Services) -> Response:
     team = _team_name(request.query_params.get("team"))
     if not await services.keystore.team_exists(team):
-        raise GatewayError(ErrorCode.TEAM_NOT_FOUND, f"The team '{team}' does not exist.", param="team")
+        raise _no_team(team)
     keys = await services.keystore.list_keys(team)
     return _json({"object": "list", "data": [k.public() for k in keys]})
 
@@ -162,7 +197,7 @@ async def revoke_key(request: Request, services: Services) -> Response:
     try:
         record, hashes = await services.keystore.revoke(key_id)
     except KeyNotFoundError:
-        raise GatewayError(ErrorCode.KEY_NOT_FOUND, f"No key has the id '{key_id}'.") from None
+        raise _no_key(key_id) from None
     for secret_hash in hashes:
         services.auth.forget(secret_hash)
     return _json(record.public())
@@ -218,9 +253,11 @@ def admin_routes() -> list[Route]:
     return [
         Route("/admin/v1/teams", _guarded(create_team), methods=["POST"]),
         Route("/admin/v1/teams", _guarded(list_teams), methods=["GET"]),
+        Route("/admin/v1/teams/{team}", _guarded(update_team), methods=["PATCH"]),
         Route("/admin/v1/keys", _guarded(create_key), methods=["POST"]),
         Route("/admin/v1/keys", _guarded(list_keys), methods=["GET"]),
         Route("/admin/v1/keys/{key_id}", _guarded(revoke_key), methods=["DELETE"]),
+        Route("/admin/v1/keys/{key_id}", _guarded(update_key), methods=["PATCH"]),
         Route("/admin/v1/keys/{key_id}/rotate", _guarded(rotate_key), methods=["POST"]),
         Route("/admin/v1/usage", _guarded(usage), methods=["GET"]),
     ]

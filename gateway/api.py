@@ -8,17 +8,17 @@ that to a status and envelope in one place.
 
 from __future__ import annotations
 
+import datetime as dt
+
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway import forward, redis_keys
+from gateway import forward, ratelimit
 from gateway.calls import CallKind, parse_call, read_body
 from gateway.context import RequestContext
 from gateway.errors import ErrorCode, GatewayError
-from gateway.keystore import KeyRecord
-from gateway.ratelimit import Limit
 from gateway.services import Services
 
 # Never sent on to a worker: the client's credentials, and headers that describe the client's own
@@ -63,19 +63,6 @@ def services_of(scope: Scope) -> Services:
     return services
 
 
-def key_limits(key: KeyRecord) -> list[Limit]:
-    if key.rpm is None:
-        return []
-    return [
-        Limit(
-            redis_key=redis_keys.rate_limit(key.team, f"key:{key.id}:rpm"),
-            rate=key.rpm,
-            period_s=60.0,
-            description=f"key {key.id} requests per minute",
-        )
-    ]
-
-
 class ProxyEndpoint:
     """POST /v1/chat/completions, /v1/completions, /v1/embeddings."""
 
@@ -88,7 +75,8 @@ class ProxyEndpoint:
         await response(scope, receive, send)
 
     async def handle(self, request: Request, services: Services, ctx: RequestContext) -> ASGIApp:
-        key = await services.auth.authenticate(request.headers)
+        principal = await services.auth.authenticate(request.headers)
+        key = principal.key
         ctx.team, ctx.key_id = key.team, key.id
         call = parse_call(await read_body(request, services.settings.max_body_bytes), self.kind)
         pool = services.router.resolve(call.model)
@@ -105,7 +93,11 @@ class ProxyEndpoint:
                 f"This API key may not use the model '{call.model}'.",
                 param="model",
             )
-        admission = await services.limiter.admit(key_limits(key))
+        limits = ratelimit.plan(
+            key.team, principal.team_limits, key.id, key.limits, pool.model.name, dt.datetime.now(dt.UTC)
+        )
+        reservation = call.reservation(services.settings.default_max_tokens)
+        admission = await services.limiter.admit(limits, ctx.request_id, reservation)
         if not admission.allowed:
             services.metrics.rate_limited.labels(ctx.model, key.team).inc()
             raise admission.error()
@@ -115,14 +107,14 @@ class ProxyEndpoint:
             pool,
             call,
             worker_headers(request, ctx.request_id),
-            admission.request_headers(),
+            admission,
             request.receive,
         )
 
 
 async def list_models(request: Request) -> Response:
     services = services_of(request.scope)
-    key = await services.auth.authenticate(request.headers)
+    key = (await services.auth.authenticate(request.headers)).key
     RequestContext.of(request).team = key.team
     data: list[dict[str, object]] = []
     for pool in services.router.pools():

@@ -14,7 +14,6 @@ import random
 from collections.abc import AsyncIterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from redis.asyncio import ConnectionPool, Redis
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -33,25 +32,13 @@ from gateway.metering import Meter
 from gateway.metrics import Metrics
 from gateway.middleware import RequestContextMiddleware
 from gateway.ratelimit import RateLimiter
+from gateway.redis_conn import connect_redis
 from gateway.routing.pool import Router
 from gateway.services import Services
+from gateway.spool import Spool
 from gateway.upstream import Upstream, new_session
 
 log = logging.getLogger("sluicegate.app")
-
-
-def connect_redis(settings: Settings) -> Redis:
-    """A bounded pool (past `redis_max_connections` a call fails at once with a clear 503).
-
-    Per-socket read/write timeouts are off on purpose: redis-py arms up to three timers per
-    command for them, a third of the gateway's CPU per request. Every call site bounds its
-    whole call with one `asyncio.timeout(redis_timeout_s)` instead (see `redis_call`)."""
-    pool = ConnectionPool.from_url(
-        settings.redis_url,
-        max_connections=settings.redis_max_connections,
-        socket_connect_timeout=settings.redis_timeout_s,
-    )
-    return Redis(connection_pool=pool)
 
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
@@ -91,7 +78,8 @@ def create_app(
         session = new_session()
         keystore = KeyStore(redis)
         meter = Meter(redis, metrics, timeout_s=settings.redis_timeout_s)
-        meter.start()
+        spool = Spool(settings.spool_path)
+        meter.start(spool)
         services = Services(
             settings=settings,
             redis=redis,
@@ -100,7 +88,9 @@ def create_app(
             auth=Authenticator(
                 keystore, cache_ttl_s=settings.key_cache_ttl_s, timeout_s=settings.redis_timeout_s
             ),
-            limiter=RateLimiter(redis, timeout_s=settings.redis_timeout_s),
+            limiter=RateLimiter(
+                redis, metrics, timeout_s=settings.redis_timeout_s, fail_open=settings.redis_fail_open
+            ),
             meter=meter,
             metrics=metrics,
             upstream=Upstream(session, router, metrics),
@@ -112,7 +102,7 @@ def create_app(
             invalidations.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await invalidations
-            await meter.stop()
+            await meter.stop(spool)
             await session.close()
             await redis.aclose(close_connection_pool=True)
 

@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -20,6 +22,7 @@ from starlette.datastructures import Headers
 from gateway import redis_keys
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keystore import KeyRecord, KeyStore, hash_secret
+from gateway.limits import NO_LIMITS, LimitSet
 
 _MAX_CACHED = 50_000
 log = logging.getLogger("sluicegate.auth")
@@ -36,51 +39,67 @@ def bearer_token(headers: Headers) -> str | None:
     return token or None
 
 
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the key, and its team's limits (which apply on top of the key's own)."""
+
+    key: KeyRecord
+    team_limits: LimitSet
+
+
 class Authenticator:
     def __init__(self, store: KeyStore, *, cache_ttl_s: float, timeout_s: float) -> None:
         self._store = store
         self._ttl = cache_ttl_s
         self._timeout_s = timeout_s
-        self._cache: dict[str, tuple[KeyRecord | None, float]] = {}
+        # secret hash -> (key record, or None for no such key; expiry); "team:<name>" -> team limits
+        self._cache: dict[str, tuple[KeyRecord | LimitSet | None, float]] = {}
 
-    async def authenticate(self, headers: Headers) -> KeyRecord:
+    async def authenticate(self, headers: Headers) -> Principal:
         token = bearer_token(headers)
         if token is None:
             raise GatewayError(
                 ErrorCode.INVALID_API_KEY,
                 "Missing API key: send it as 'Authorization: Bearer <key>'.",
             )
-        secret_hash = hash_secret(token)
-        record = await self._lookup(secret_hash)
-        if record is None:
+        record = await self._cached(hash_secret(token), self._store.lookup)
+        if not isinstance(record, KeyRecord):
             raise GatewayError(ErrorCode.INVALID_API_KEY, "Invalid API key.")
         refusal = record.refusal(time.time())
         if refusal is not None:
             raise GatewayError(ErrorCode.INVALID_API_KEY, refusal)
-        return record
+        team_limits = await self._cached(f"team:{record.team}", self._team_limits)
+        assert isinstance(team_limits, LimitSet)
+        return Principal(record, team_limits)
 
-    async def _lookup(self, secret_hash: str) -> KeyRecord | None:
+    async def _team_limits(self, entry: str) -> LimitSet:
+        return await self._store.team_limits(entry.removeprefix("team:")) or NO_LIMITS
+
+    async def _cached(
+        self, entry: str, load: Callable[[str], Awaitable[KeyRecord | LimitSet | None]]
+    ) -> KeyRecord | LimitSet | None:
         now = time.monotonic()
-        cached = self._cache.get(secret_hash)
+        cached = self._cache.get(entry)
         if cached is not None and cached[1] > now:
             return cached[0]
         try:
             async with asyncio.timeout(self._timeout_s):
-                record = await self._store.lookup(secret_hash)
+                value = await load(entry)
         except (RedisError, TimeoutError):
             if cached is not None and cached[0] is not None:
-                # A key this replica saw moments ago keeps working through a Redis blip.
+                # What this replica saw moments ago keeps working through a Redis blip.
                 return cached[0]
             raise GatewayError(
                 ErrorCode.REDIS_UNAVAILABLE, "The key store is unavailable; try again shortly."
             ) from None
         if len(self._cache) >= _MAX_CACHED:
             self._cache.clear()
-        self._cache[secret_hash] = (record, now + self._ttl)
-        return record
+        self._cache[entry] = (value, now + self._ttl)
+        return value
 
-    def forget(self, secret_hash: str) -> None:
-        self._cache.pop(secret_hash, None)
+    def forget(self, entry: str) -> None:
+        """Drops a secret hash, or `team:<name>`, from the cache."""
+        self._cache.pop(entry, None)
 
     async def follow_invalidations(self, redis: Redis) -> None:
         """Runs for the app's life: drops every secret hash published on the channel. Whatever was

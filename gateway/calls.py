@@ -12,6 +12,7 @@ from starlette.requests import Request
 
 from gateway.config import ModelConfig
 from gateway.errors import ErrorCode, GatewayError
+from gateway.ratelimit import Reservation
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +47,15 @@ class Call:
             payload["stream_options"] = {**options, "include_usage": True}
         return orjson.dumps(payload)
 
+    def reservation(self, default_max_tokens: int) -> Reservation:
+        """What admission charges token limits before the real usage is known."""
+        cap = self.payload.get("max_completion_tokens") or self.payload.get("max_tokens")
+        completion = 0 if self.kind is EMBEDDINGS else (cap if isinstance(cap, int) else default_max_tokens)
+        return Reservation(self.estimated_prompt_tokens(), completion)
+
     def estimated_prompt_tokens(self) -> int:
-        """Used only when a stream ends before the worker's usage report: ~4 characters a token."""
+        """~4 characters a token: for reservations, and for a stream that ended before the
+        worker's usage report."""
         text = self.payload.get(self.kind.input_field)
         return max(1, len(orjson.dumps(text)) // 4) if text else 0
 

@@ -112,11 +112,36 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+_LIMIT_FLAGS = ("rpm", "tpm", "max_concurrency", "tpm_counts", "daily_tokens", "monthly_tokens")
+
+
+def _limits_of(args: argparse.Namespace) -> dict[str, Any]:
+    body = {name: getattr(args, name) for name in _LIMIT_FLAGS if getattr(args, name, None) is not None}
+    if getattr(args, "clear", None):
+        body["clear"] = [c.replace("-", "_") for c in args.clear.split(",")]
+    return body
+
+
+def _add_limit_flags(parser: argparse.ArgumentParser, *, budgets: bool) -> None:
+    parser.add_argument("--rpm", type=int, help="requests per minute")
+    parser.add_argument("--tpm", type=int, help="tokens per minute")
+    parser.add_argument(
+        "--tpm-counts", choices=("total", "input", "output"), help="tokens a TPM limit counts"
+    )
+    parser.add_argument("--max-concurrency", type=int, help="requests in flight at once")
+    if budgets:
+        parser.add_argument("--daily-tokens", type=int, help="token budget per UTC day")
+        parser.add_argument("--monthly-tokens", type=int, help="token budget per UTC month")
+
+
 def cmd_teams(args: argparse.Namespace) -> int:
     client = AdminClient.from_env()
     if args.action == "create":
-        team = client.call("POST", "/admin/v1/teams", {"name": args.name})
+        team = client.call("POST", "/admin/v1/teams", {"name": args.name, **_limits_of(args)})
         print(f"created team {team['name']}")
+    elif args.action == "update":
+        team = client.call("PATCH", f"/admin/v1/teams/{urllib.parse.quote(args.name)}", _limits_of(args))
+        print(f"team {team['name']}: {json.dumps(team['limits'])}")
     else:
         for team in client.call("GET", "/admin/v1/teams")["data"]:
             print(team["name"])
@@ -131,8 +156,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
             body["name"] = args.name
         if args.models:
             body["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
-        if args.rpm is not None:
-            body["rpm"] = args.rpm
+        body.update(_limits_of(args))
         if args.expires:
             body["expires_at"] = args.expires
         key = client.call("POST", "/admin/v1/keys", body)
@@ -146,6 +170,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
         for key in keys:
             key["models"] = ",".join(key["models"]) if key["models"] else "*"
         print(_table(keys, ["id", "name", "models", "rpm", "revoked"]))
+    elif args.action == "update":
+        key = client.call("PATCH", f"/admin/v1/keys/{urllib.parse.quote(args.id)}", _limits_of(args))
+        print(f"key {key['id']}: {json.dumps(key['limits'])}")
     elif args.action == "rotate":
         path = f"/admin/v1/keys/{urllib.parse.quote(args.id)}/rotate"
         key = client.call("POST", path, {"grace_seconds": args.grace})
@@ -208,6 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
     teams = sub.add_parser("teams", help="manage teams").add_subparsers(dest="action", required=True)
     teams_create = teams.add_parser("create")
     teams_create.add_argument("name")
+    _add_limit_flags(teams_create, budgets=True)
+    teams_update = teams.add_parser("update", help="change a team's limits")
+    teams_update.add_argument("name")
+    _add_limit_flags(teams_update, budgets=True)
+    teams_update.add_argument("--clear", help="comma-separated limits to remove, e.g. tpm,daily-tokens")
     teams.add_parser("list")
     for p in teams.choices.values():
         p.set_defaults(func=cmd_teams)
@@ -217,11 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
     keys_create.add_argument("--team", required=True)
     keys_create.add_argument("--name", default="")
     keys_create.add_argument("--models", help="comma-separated model names this key may use")
-    keys_create.add_argument("--rpm", type=int, help="requests per minute")
+    _add_limit_flags(keys_create, budgets=False)
     keys_create.add_argument("--json", action="store_true", help="print {id, key, ...} as JSON")
     keys_create.add_argument("--expires", help="when the key stops working: 2026-12-31 or an ISO time")
     keys_list = keys.add_parser("list")
     keys_list.add_argument("--team", required=True)
+    keys_update = keys.add_parser("update", help="change a key's limits")
+    keys_update.add_argument("id")
+    _add_limit_flags(keys_update, budgets=False)
+    keys_update.add_argument("--clear", help="comma-separated limits to remove, e.g. rpm,tpm")
     keys_revoke = keys.add_parser("revoke")
     keys_revoke.add_argument("id")
     keys_rotate = keys.add_parser("rotate", help="a new secret; the old one works for --grace more")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,12 @@ class Settings:
     redis_timeout_s: float = 2.0
     redis_max_connections: int = 256
     log_level: str = "info"
+    # Usage that could not reach Redis by shutdown waits here for the next start (gateway/spool.py).
+    spool_path: str = field(
+        default_factory=lambda: os.path.join(tempfile.gettempdir(), "sluicegate-usage.spool")
+    )
+    redis_fail_open: bool = False  # SLUICEGATE_REDIS_FAIL_MODE=fail_open: admit when Redis is down
+    default_max_tokens: int = 1024  # reserved for output when a request sets no max_tokens
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -91,9 +98,13 @@ class Settings:
                 raise ConfigError(f"{name}: must be positive, got {raw!r}")
             return value
 
+        from gateway.redis_conn import validate_redis_url  # it imports this module
+
         redis_url = env.get("SLUICEGATE_REDIS_URL") or defaults.redis_url
-        if urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
-            raise ConfigError("SLUICEGATE_REDIS_URL: must start with redis://, rediss:// or unix://")
+        validate_redis_url(redis_url)
+        fail_mode = (env.get("SLUICEGATE_REDIS_FAIL_MODE") or "fail_closed").lower()
+        if fail_mode not in ("fail_closed", "fail_open"):
+            raise ConfigError("SLUICEGATE_REDIS_FAIL_MODE: must be fail_closed or fail_open")
         port = number("SLUICEGATE_PORT", defaults.port, int)
         if port > 65535:
             raise ConfigError(f"SLUICEGATE_PORT: not a TCP port: {port}")
@@ -110,6 +121,9 @@ class Settings:
                 "SLUICEGATE_REDIS_MAX_CONNECTIONS", defaults.redis_max_connections, int
             ),
             log_level=(env.get("SLUICEGATE_LOG_LEVEL") or defaults.log_level).lower(),
+            redis_fail_open=fail_mode == "fail_open",
+            default_max_tokens=number("SLUICEGATE_DEFAULT_MAX_TOKENS", defaults.default_max_tokens, int),
+            spool_path=env.get("SLUICEGATE_SPOOL_PATH") or defaults.spool_path,
         )
 
 

@@ -33,9 +33,16 @@ def _free_port() -> int:
 
 
 class EmbeddedRedis:
-    def __init__(self, port: int | None = None, *, startup_timeout_s: float = 10.0) -> None:
+    """`data_dir` (kept, never cleaned up) turns on an fsync-always append-only file, so a Redis
+    killed and started again on the same port and directory comes back with every acknowledged
+    write, like a production Redis with persistence."""
+
+    def __init__(
+        self, port: int | None = None, *, startup_timeout_s: float = 10.0, data_dir: str | None = None
+    ) -> None:
         self.port = port or _free_port()
         self._startup_timeout_s = startup_timeout_s
+        self._data_dir = data_dir
         self._process: subprocess.Popen[bytes] | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
 
@@ -43,11 +50,20 @@ class EmbeddedRedis:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError("redis-server is not running")
+        return self._process.pid
+
     def start(self) -> EmbeddedRedis:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RedisNotInstalledError(INSTALL_HINT)
-        self._workdir = tempfile.TemporaryDirectory(prefix="sluicegate-redis-")
+        directory = self._data_dir
+        if directory is None:
+            self._workdir = tempfile.TemporaryDirectory(prefix="sluicegate-redis-")
+            directory = self._workdir.name
         self._process = subprocess.Popen(
             [
                 binary,
@@ -58,9 +74,11 @@ class EmbeddedRedis:
                 "--save",
                 "",
                 "--appendonly",
-                "no",
+                "yes" if self._data_dir else "no",
+                "--appendfsync",
+                "always",
                 "--dir",
-                self._workdir.name,
+                directory,
                 "--protected-mode",
                 "yes",
                 "--loglevel",

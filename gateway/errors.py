@@ -9,7 +9,7 @@
         405 method_not_allowed
         409 team_exists
         413 request_too_large
-        429 rate_limit_exceeded
+        429 rate_limit_exceeded, insufficient_quota (a token budget is spent)
         500 internal_error            (a bug: logged, never a client's fault)
         502 upstream_error            (the worker failed or answered garbage)
         503 no_healthy_upstream, redis_unavailable
@@ -49,6 +49,7 @@ class ErrorCode(enum.Enum):
     TEAM_EXISTS = ("team_exists", 409, "invalid_request_error")
     REQUEST_TOO_LARGE = ("request_too_large", 413, "invalid_request_error")
     RATE_LIMIT_EXCEEDED = ("rate_limit_exceeded", 429, "rate_limit_error")
+    INSUFFICIENT_QUOTA = ("insufficient_quota", 429, "insufficient_quota")
     INTERNAL_ERROR = ("internal_error", 500, "server_error")
     UPSTREAM_ERROR = ("upstream_error", 502, "upstream_error")
     NO_HEALTHY_UPSTREAM = ("no_healthy_upstream", 503, "upstream_error")

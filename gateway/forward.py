@@ -14,6 +14,7 @@ from gateway.calls import Call
 from gateway.context import RequestContext
 from gateway.disconnect import unless_client_leaves
 from gateway.errors import GatewayError
+from gateway.ratelimit import Admission
 from gateway.relay import (
     STREAM_HEADERS,
     ModelRewrite,
@@ -78,7 +79,7 @@ async def relay(
     pool: Pool,
     call: Call,
     headers: dict[str, str],
-    limit_headers: dict[str, str],
+    admission: Admission,
     receive: Receive,
 ) -> ASGIApp:
     model = pool.model
@@ -95,48 +96,54 @@ async def relay(
         )
     except GatewayError:
         inflight.dec()
-        accounting.meter(services, ctx, prompt=0, completion=0, error=True)
+        accounting.meter(services, ctx, admission, prompt=0, completion=0, error=True)
         raise
     if fetched is None or not answered:
         inflight.dec()
         accounting.meter(
-            services, ctx, prompt=call.estimated_prompt_tokens(), completion=0, disconnected=True
+            services, ctx, admission, prompt=call.estimated_prompt_tokens(), completion=0, disconnected=True
         )
         return Response(status_code=CLIENT_CLOSED)
     if isinstance(fetched, UpstreamResponse):
         return StreamRelay(
             fetched,
-            headers=[*STREAM_HEADERS, *((k.encode(), v.encode()) for k, v in limit_headers.items())],
+            headers=[*STREAM_HEADERS, *((k.encode(), v.encode()) for k, v in admission.headers().items())],
             client_wants_usage=call.wants_usage,
             rewrite=rewrite,
             first_token_deadline=head_deadline,
             idle_timeout_s=timeouts.idle,
-            on_done=functools.partial(_stream_done, services, ctx, call.estimated_prompt_tokens()),
+            on_done=functools.partial(_stream_done, services, ctx, admission, call.estimated_prompt_tokens()),
         )
     inflight.dec()
-    return await _whole_answer(services, ctx, fetched, limit_headers)
+    return _whole_answer(services, ctx, admission, fetched)
 
 
 async def _stream_done(
-    services: Services, ctx: RequestContext, estimated_prompt: int, outcome: RelayOutcome
+    services: Services,
+    ctx: RequestContext,
+    admission: Admission,
+    estimated_prompt: int,
+    outcome: RelayOutcome,
 ) -> None:
     services.metrics.inflight.labels(ctx.model).dec()
-    accounting.meter_stream(services, ctx, estimated_prompt, outcome)
+    accounting.meter_stream(services, ctx, admission, estimated_prompt, outcome)
 
 
-async def _whole_answer(
-    services: Services, ctx: RequestContext, answer: WholeAnswer, limit_headers: dict[str, str]
+def _whole_answer(
+    services: Services, ctx: RequestContext, admission: Admission, answer: WholeAnswer
 ) -> Response:
     failure = answer.failure(ctx.model)
     if failure is not None:
         services.metrics.upstream_errors.labels(ctx.model, f"status_{answer.status}").inc()
-        accounting.meter(services, ctx, prompt=0, completion=0, error=True)
+        accounting.meter(services, ctx, admission, prompt=0, completion=0, error=True)
         raise failure
     prompt, completion = accounting.usage_tokens(answer.usage)
-    accounting.meter(services, ctx, prompt=prompt, completion=completion, error=answer.status != 200)
+    accounting.meter(
+        services, ctx, admission, prompt=prompt, completion=completion, error=answer.status != 200
+    )
     return Response(
         answer.body,
         status_code=answer.status,
-        headers={**limit_headers, **answer.forwarded_headers},
+        headers={**admission.headers(), **answer.forwarded_headers},
         media_type=answer.content_type,
     )

@@ -1,15 +1,16 @@
 """Teams and API keys in Redis. A key's secret is shown once, at creation; only its SHA-256 is kept.
 
 sg:teams                 SET   team names
-sg:team:<team>           HASH  name, created_at
+sg:team:<team>           HASH  name, created_at, limits (JSON)
 sg:team:<team>:keys      SET   key ids
-sg:key:<sha256>          HASH  the key record (id, team, name, models, rpm, created_at,
-                               revoked_at, expires_at)
+sg:key:<sha256>          HASH  the key record (id, team, name, models, limits (JSON),
+                               created_at, revoked_at, expires_at)
 sg:keyid:<id>            STR   sha256 of the key's current secret, to find the record by id
 sg:keyid:<id>:retired    SET   hashes of secrets a rotation replaced (alive until their grace ends)
 
-Every change that can stop a secret from working (revoke, rotate) is published on
-`sg:keys:invalidate`, so every replica drops its cached copy at once.
+Every change to what a secret may do (revoke, rotate, new limits) is published on
+`sg:keys:invalidate` (the secret's hash, or `team:<name>` for a team's limits), so every replica
+drops its cached copy at once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import re
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -28,6 +29,7 @@ from redis.asyncio import Redis
 from redis.typing import EncodableT, FieldT
 
 from gateway import redis_keys
+from gateway.limits import NO_LIMITS, LimitSet
 
 TEAM_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 KEY_PREFIX = "sk-sg-"
@@ -55,7 +57,7 @@ class KeyRecord:
     team: str
     name: str
     models: frozenset[str] | None  # None: every model
-    rpm: int | None  # None: no request-rate limit
+    limits: LimitSet
     created_at: float
     revoked_at: float | None
     expires_at: float | None = None
@@ -82,7 +84,8 @@ class KeyRecord:
             "team": self.team,
             "name": self.name,
             "models": sorted(self.models) if self.models is not None else None,
-            "rpm": self.rpm,
+            "rpm": self.limits.rpm,
+            "limits": self.limits.as_dict(),
             "created_at": self.created_at,
             "revoked_at": self.revoked_at,
             "revoked": self.revoked,
@@ -92,7 +95,6 @@ class KeyRecord:
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any]) -> KeyRecord:
         models = orjson.loads(raw[b"models"]) if raw.get(b"models") else None
-        rpm = raw.get(b"rpm")
         revoked_at = raw.get(b"revoked_at")
         expires_at = raw.get(b"expires_at")
         return cls(
@@ -100,7 +102,7 @@ class KeyRecord:
             team=raw[b"team"].decode(),
             name=raw.get(b"name", b"").decode(),
             models=frozenset(models) if models is not None else None,
-            rpm=int(rpm) if rpm else None,
+            limits=LimitSet.from_json(raw.get(b"limits")),
             created_at=float(raw[b"created_at"]),
             revoked_at=float(revoked_at) if revoked_at else None,
             expires_at=float(expires_at) if expires_at else None,
@@ -112,7 +114,7 @@ class KeyRecord:
             "team": self.team,
             "name": self.name,
             "models": orjson.dumps(sorted(self.models)) if self.models is not None else b"",
-            "rpm": str(self.rpm) if self.rpm is not None else "",
+            "limits": self.limits.to_json(),
             "created_at": repr(self.created_at),
         }
         if self.expires_at is not None:
@@ -128,13 +130,41 @@ class KeyStore:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
 
-    async def create_team(self, name: str) -> dict[str, object]:
+    async def create_team(self, name: str, limits: LimitSet = NO_LIMITS) -> dict[str, object]:
         created_at = time.time()
         added = await self._redis.sadd(redis_keys.TEAMS, name)
         if not added:
             raise TeamExistsError(name)
-        await self._redis.hset(redis_keys.team(name), mapping={"name": name, "created_at": repr(created_at)})
-        return {"name": name, "created_at": created_at}
+        await self._redis.hset(
+            redis_keys.team(name),
+            mapping={"name": name, "created_at": repr(created_at), "limits": limits.to_json()},
+        )
+        return {"name": name, "created_at": created_at, "limits": limits.as_dict()}
+
+    async def team_limits(self, name: str) -> LimitSet | None:
+        """None when the team does not exist."""
+        raw = await self._redis.hmget(redis_keys.team(name), ["name", "limits"])
+        return LimitSet.from_json(raw[1]) if raw[0] else None
+
+    async def update_team(self, name: str, changes: LimitSet, cleared: set[str]) -> LimitSet:
+        current = await self.team_limits(name)
+        if current is None:
+            raise TeamNotFoundError(name)
+        limits = current.merged(changes, cleared)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(redis_keys.team(name), "limits", limits.to_json())
+            pipe.publish(redis_keys.KEY_INVALIDATIONS, f"team:{name}")
+            await pipe.execute()
+        return limits
+
+    async def update_key(self, key_id: str, changes: LimitSet, cleared: set[str]) -> KeyRecord:
+        secret_hash, record = await self._current(key_id)
+        updated = replace(record, limits=record.limits.merged(changes, cleared))
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(redis_keys.key_by_hash(secret_hash), "limits", updated.limits.to_json())
+            pipe.publish(redis_keys.KEY_INVALIDATIONS, secret_hash)
+            await pipe.execute()
+        return updated
 
     async def team_exists(self, name: str) -> bool:
         return bool(await self._redis.sismember(redis_keys.TEAMS, name))
@@ -148,7 +178,7 @@ class KeyStore:
         *,
         name: str = "",
         models: Sequence[str] | None = None,
-        rpm: int | None = None,
+        limits: LimitSet = NO_LIMITS,
         expires_at: float | None = None,
     ) -> tuple[KeyRecord, str]:
         """Returns the record and the secret; the secret is not stored and cannot be shown again."""
@@ -159,7 +189,7 @@ class KeyStore:
             team=team,
             name=name,
             models=frozenset(models) if models is not None else None,
-            rpm=rpm,
+            limits=limits,
             created_at=time.time(),
             revoked_at=None,
             expires_at=expires_at,

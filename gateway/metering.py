@@ -15,6 +15,7 @@ import datetime as dt
 import logging
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -22,6 +23,9 @@ from redis.exceptions import RedisError
 from gateway import redis_keys
 from gateway.metrics import Metrics
 from gateway.scripts import load_script
+
+if TYPE_CHECKING:
+    from gateway.spool import Spool
 
 log = logging.getLogger("sluicegate.metering")
 
@@ -35,6 +39,7 @@ def _keys(usage: UsageRecord) -> list[str]:
         redis_keys.request_marker(usage.team, usage.request_id),
         redis_keys.usage_day(usage.team, usage.day),
         redis_keys.usage_days(usage.team),
+        *(key for key, _, _ in usage.settlements),
     ]
 
 
@@ -48,6 +53,7 @@ def _args(usage: UsageRecord) -> list[str | int]:
         usage.completion_tokens,
         int(usage.error),
         int(usage.disconnected),
+        *(value for _, kind, argument in usage.settlements for value in (kind, argument)),
     ]
 
 
@@ -62,6 +68,8 @@ class UsageRecord:
     error: bool
     disconnected: bool
     day: str
+    # (limit key, kind, argument) for settle.lua: token refunds, concurrency slots to release.
+    settlements: tuple[tuple[str, str, str], ...] = ()
 
     @staticmethod
     def today() -> str:
@@ -84,7 +92,7 @@ class Meter:
         max_batch: int = 512,
     ) -> None:
         self._redis = redis
-        self._script = load_script(redis, "meter")
+        self._script = load_script(redis, "settle")
         self._metrics = metrics
         self._timeout_s = timeout_s
         self._max_pending = max_pending
@@ -102,16 +110,23 @@ class Meter:
         self._metrics.metering_pending.set(len(self._pending))
         self._wakeup.set()
 
-    def start(self) -> None:
+    def start(self, spool: Spool | None = None) -> None:
+        """With a spool, what the last run could not write is queued again first."""
         self._flusher = asyncio.ensure_future(self._run())
+        if spool is not None:
+            spool.start_replay(self)
 
-    async def stop(self) -> None:
+    async def stop(self, spool: Spool | None = None) -> None:
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
+        if spool is not None:
+            await spool.stop_replay()
         await self.flush()
-        if self._pending:
+        if spool is not None:
+            spool.keep(self._pending)
+        elif self._pending:
             log.error("usage records not written at shutdown: %d", len(self._pending))
 
     async def _run(self) -> None:

@@ -87,6 +87,11 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.admitted_without_limits = Counter(
+            "sluicegate_admitted_without_limits_total",
+            "Requests admitted unchecked because Redis was unreachable (fail_open mode).",
+            registry=r,
+        )
         self.metering_failures = Counter(
             "sluicegate_metering_failures_total",
             "Usage writes to Redis that failed (the records stay queued and are retried).",

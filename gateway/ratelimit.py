@@ -1,12 +1,17 @@
-"""Request-rate admission: GCRA in one Lua script (gateway/lua/gcra.lua), one Redis round trip.
+"""Admission: every limit of a request (requests, tokens and concurrency per key, team and model,
+and team token budgets) checked and charged by one Lua script (gateway/lua/admit.lua) in one
+Redis round trip; settled with the real usage by gateway/lua/settle.lua when the request ends.
 
-A limit of N per period allows a burst of N and then one request per period/N, the smooth
-equivalent of a sliding window: with rpm=5 the sixth request within a minute is refused.
+A limit of N per minute allows a burst of N and then one unit per 60/N s (GCRA, the smooth
+equivalent of a sliding window). Token limits and budgets charge a reservation at admission (the
+prompt estimate plus `max_tokens` or the default cap) and settle the difference afterwards, so a
+stream overshoots a limit by at most its own reservation error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,20 +19,39 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from gateway import redis_keys
 from gateway.errors import ErrorCode, GatewayError
+from gateway.limits import LimitSet
+from gateway.metrics import Metrics
 from gateway.scripts import load_script
+
+REQUESTS, TOKENS, CONCURRENCY, BUDGET = "requests", "tokens", "concurrency", "budget"
+_SCRIPT_KIND = {REQUESTS: "g", TOKENS: "g", CONCURRENCY: "c", BUDGET: "b"}
+# A slot outlives a replica that died mid-request by this much at most.
+CONCURRENCY_LEASE_S = 900.0
 
 
 @dataclass(frozen=True, slots=True)
 class Limit:
+    kind: str  # REQUESTS, TOKENS, CONCURRENCY or BUDGET
     redis_key: str
-    rate: int
-    period_s: float
-    description: str  # says which limit refused, e.g. "key key_ab12 requests per minute"
+    amount: int  # per minute, in flight, or tokens per period
+    description: str  # names the limit in a 429, e.g. "team ml tokens per minute"
+    counts: str = "total"  # which tokens a TOKENS limit counts
+    period_s: float = 60.0  # BUDGET: seconds until the period ends
 
-    @property
-    def burst(self) -> int:
-        return self.rate
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    prompt_tokens: int
+    completion_tokens: int
+
+    def tokens(self, counts: str) -> int:
+        if counts == "input":
+            return self.prompt_tokens
+        if counts == "output":
+            return self.completion_tokens
+        return self.prompt_tokens + self.completion_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,71 +62,181 @@ class LimitState:
     retry_after_s: float
 
 
+def _duration(seconds: float) -> str:
+    """OpenAI writes reset times as durations such as '1s', '6m0s' or '20ms'."""
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))}ms"
+    minutes, secs = divmod(math.ceil(seconds), 60)
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
     allowed: bool
     states: tuple[LimitState, ...]
     denied_by: LimitState | None
+    request_id: str = ""
+    reservation: Reservation = Reservation(0, 0)
 
-    def request_headers(self) -> dict[str, str]:
-        """OpenAI's x-ratelimit-*-requests headers, from the tightest limit."""
-        if not self.states:
-            return {}
-        tightest = self.denied_by or min(self.states, key=lambda s: s.remaining)
-        return {
-            "x-ratelimit-limit-requests": str(tightest.limit.rate),
-            "x-ratelimit-remaining-requests": str(max(tightest.remaining, 0)),
-            "x-ratelimit-reset-requests": _duration(tightest.reset_after_s),
-        }
+    def headers(self) -> dict[str, str]:
+        """OpenAI's x-ratelimit-* headers, each from the tightest limit of its kind."""
+        headers: dict[str, str] = {}
+        for kind, suffix in ((REQUESTS, "requests"), (TOKENS, "tokens")):
+            states = [s for s in self.states if s.limit.kind == kind]
+            if not states:
+                continue
+            denied = self.denied_by if self.denied_by and self.denied_by.limit.kind == kind else None
+            tightest = denied or min(states, key=lambda s: s.remaining)
+            headers[f"x-ratelimit-limit-{suffix}"] = str(tightest.limit.amount)
+            headers[f"x-ratelimit-remaining-{suffix}"] = str(max(tightest.remaining, 0))
+            headers[f"x-ratelimit-reset-{suffix}"] = _duration(tightest.reset_after_s)
+        return headers
 
     def error(self) -> GatewayError:
         assert self.denied_by is not None
+        limit = self.denied_by.limit
         retry_after = max(1, math.ceil(self.denied_by.retry_after_s))
+        headers = {"retry-after": str(retry_after), **self.headers()}
+        if limit.kind == BUDGET:
+            return GatewayError(
+                ErrorCode.INSUFFICIENT_QUOTA,
+                f"Token budget exhausted: {limit.description} ({limit.amount} tokens). "
+                f"It renews in {retry_after} s.",
+                headers=headers,
+            )
         return GatewayError(
             ErrorCode.RATE_LIMIT_EXCEEDED,
-            f"Rate limit reached: {self.denied_by.limit.description} "
-            f"(limit {self.denied_by.limit.rate}). Retry after {retry_after} s.",
-            headers={"retry-after": str(retry_after), **self.request_headers()},
+            f"Rate limit reached: {limit.description} (limit {limit.amount}). Retry after {retry_after} s.",
+            headers=headers,
         )
 
+    def settlements(self, prompt: int, completion: int) -> list[tuple[str, str, str]]:
+        """(redis key, settle.lua kind, argument) for every limit this admission charged."""
+        actual = Reservation(prompt, completion)
+        out: list[tuple[str, str, str]] = []
+        for state in self.states:
+            limit = state.limit
+            if limit.kind == TOKENS:
+                give_back = self.reservation.tokens(limit.counts) - actual.tokens(limit.counts)
+                if give_back:
+                    out.append((limit.redis_key, "g", f"{limit.period_s / limit.amount!r}:{give_back}"))
+            elif limit.kind == CONCURRENCY:
+                out.append((limit.redis_key, "c", self.request_id))
+            elif limit.kind == BUDGET:
+                give_back = self.reservation.tokens("total") - actual.tokens("total")
+                if give_back:
+                    out.append((limit.redis_key, "b", str(give_back)))
+        return out
 
-ADMIT_ALL = Admission(allowed=True, states=(), denied_by=None)
+
+NOTHING_TO_ADMIT = Admission(allowed=True, states=(), denied_by=None)
 
 
-def _duration(seconds: float) -> str:
-    """OpenAI writes reset times as durations such as '1s', '6m0s' or '20ms'."""
-    if seconds < 1:
-        return f"{max(0, round(seconds * 1000))}ms"
-    whole = math.ceil(seconds)
-    minutes, secs = divmod(whole, 60)
-    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> list[Limit]:
+    """The limits of one team or key, plus those it sets for `model`."""
+    out: list[Limit] = []
+    for subject, where in ((limits, ""), (limits.for_model(model), f":m:{model}")):
+        if subject is None:
+            continue
+        label = f"{who}" + (f" on model {model}" if where else "")
+        key = f"{scope}{where}"
+        if subject.rpm:
+            out.append(
+                Limit(
+                    REQUESTS,
+                    redis_keys.rate_limit(team, f"{key}:rpm"),
+                    subject.rpm,
+                    f"{label} requests per minute",
+                )
+            )
+        if subject.tpm:
+            out.append(
+                Limit(
+                    TOKENS,
+                    redis_keys.rate_limit(team, f"{key}:tpm"),
+                    subject.tpm,
+                    f"{label} tokens per minute",
+                    counts=subject.tpm_counts,
+                )
+            )
+        if subject.max_concurrency:
+            out.append(
+                Limit(
+                    CONCURRENCY,
+                    redis_keys.rate_limit(team, f"{key}:conc"),
+                    subject.max_concurrency,
+                    f"{label} concurrent requests",
+                )
+            )
+    return out
+
+
+def plan(
+    team: str, team_limits: LimitSet, key_id: str, key_limits: LimitSet, model: str, now: dt.datetime
+) -> list[Limit]:
+    """Every limit one request of `key_id` (of `team`) to `model` must pass."""
+    limits = _scoped(key_limits, f"key:{key_id}", f"key {key_id}", model, team)
+    limits += _scoped(team_limits, "team", f"team {team}", model, team)
+    if team_limits.daily_tokens:
+        tomorrow = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
+        limits.append(
+            Limit(
+                BUDGET,
+                redis_keys.rate_limit(team, f"budget:d:{now.date().isoformat()}"),
+                team_limits.daily_tokens,
+                f"team {team} daily tokens",
+                period_s=(tomorrow - now).total_seconds(),
+            )
+        )
+    if team_limits.monthly_tokens:
+        first = now.date().replace(day=1)
+        next_month = (first + dt.timedelta(days=32)).replace(day=1)
+        end = dt.datetime.combine(next_month, dt.time(), dt.UTC)
+        limits.append(
+            Limit(
+                BUDGET,
+                redis_keys.rate_limit(team, f"budget:m:{first:%Y-%m}"),
+                team_limits.monthly_tokens,
+                f"team {team} monthly tokens",
+                period_s=(end - now).total_seconds(),
+            )
+        )
+    return limits
 
 
 class RateLimiter:
-    def __init__(self, redis: Redis, *, timeout_s: float) -> None:
-        self._script = load_script(redis, "gcra")
+    def __init__(self, redis: Redis, metrics: Metrics, *, timeout_s: float, fail_open: bool = False) -> None:
+        self._script = load_script(redis, "admit")
+        self._metrics = metrics
         self._timeout_s = timeout_s
+        self._fail_open = fail_open
 
-    async def admit(self, limits: Sequence[Limit], cost: int = 1) -> Admission:
+    async def admit(self, limits: Sequence[Limit], request_id: str, reservation: Reservation) -> Admission:
         if not limits:
-            return ADMIT_ALL
-        args: list[float | int] = [cost]
+            return NOTHING_TO_ADMIT
+        args: list[str | int | float] = [request_id]
         for limit in limits:
-            args.extend((limit.burst, limit.rate, limit.period_s))
+            if limit.kind == CONCURRENCY:
+                args += ("c", limit.amount, CONCURRENCY_LEASE_S, 0)
+            elif limit.kind == BUDGET:
+                args += ("b", limit.amount, reservation.tokens("total"), limit.period_s)
+            else:
+                cost = 1 if limit.kind == REQUESTS else reservation.tokens(limit.counts)
+                args += ("g", limit.amount, limit.period_s, cost)
         try:
             async with asyncio.timeout(self._timeout_s):
                 reply = await self._script(keys=[limit.redis_key for limit in limits], args=args)
         except (RedisError, TimeoutError):
+            if self._fail_open:
+                # Configured to serve rather than refuse while Redis is away: nothing was charged,
+                # so nothing will be settled either.
+                self._metrics.admitted_without_limits.inc()
+                return NOTHING_TO_ADMIT
             raise GatewayError(
                 ErrorCode.REDIS_UNAVAILABLE, "The rate limiter is unavailable; try again shortly."
             ) from None
         states = tuple(
-            LimitState(
-                limit=limit,
-                remaining=int(reply[2 + i * 3]),
-                reset_after_s=float(reply[3 + i * 3]),
-                retry_after_s=float(reply[4 + i * 3]),
-            )
+            LimitState(limit, int(reply[2 + i * 3]), float(reply[3 + i * 3]), float(reply[4 + i * 3]))
             for i, limit in enumerate(limits)
         )
         denied_index = int(reply[1])
@@ -110,4 +244,6 @@ class RateLimiter:
             allowed=bool(int(reply[0])),
             states=states,
             denied_by=states[denied_index - 1] if denied_index else None,
+            request_id=request_id,
+            reservation=reservation,
         )

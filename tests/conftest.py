@@ -22,7 +22,7 @@ from gateway.app import create_app
 from gateway.cli import AdminClient
 from gateway.config import ModelConfig, ModelTable, Settings, Timeouts
 from gateway.embedded_redis import EmbeddedRedis
-from tests.servers import free_port, run_uvicorn
+from tests.servers import listening_socket, run_uvicorn
 from workers.fake.app import create_app as create_fake_worker
 
 FAKE_MODEL = "fake-model"
@@ -119,15 +119,16 @@ def _gateway_factory(redis_url: str, worker_url: str) -> GatewayFactory:
     @contextlib.contextmanager
     def factory(table: ModelTable | None = None, **overrides: Any) -> Iterator[Gateway]:
         admin_token = "adm-" + secrets.token_urlsafe(16)
+        sock = listening_socket()
         fields: dict[str, Any] = {
             "redis_url": redis_url,
             "admin_token": admin_token,
             "host": "127.0.0.1",
-            "port": free_port(),
+            "port": sock.getsockname()[1],
         }
         settings = Settings(**{**fields, **overrides})
         app = create_app(settings, table or default_table(worker_url))
-        with run_uvicorn(app, port=settings.port) as url:
+        with run_uvicorn(app, sock=sock) as url:
             gw = Gateway(url=url, admin_token=admin_token, settings=settings)
             try:
                 yield gw

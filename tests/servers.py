@@ -17,16 +17,27 @@ import uvicorn
 
 
 def free_port() -> int:
+    """A port free now, for servers started as other processes (it may be taken by the time they
+    bind: in-process servers use `listening_socket` instead)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
 
 
+def listening_socket() -> socket.socket:
+    """A socket already bound to a free loopback port: no other process can take it meanwhile."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
 @contextlib.contextmanager
-def run_uvicorn(app: Any, *, port: int | None = None, timeout_s: float = 10.0) -> Iterator[str]:
+def run_uvicorn(app: Any, *, sock: socket.socket | None = None, timeout_s: float = 10.0) -> Iterator[str]:
     """Serve `app` with uvicorn in a background thread; yield its base URL; stop it on exit."""
-    port = port or free_port()
+    sock = sock or listening_socket()
+    port = sock.getsockname()[1]
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
@@ -41,7 +52,9 @@ def run_uvicorn(app: Any, *, port: int | None = None, timeout_s: float = 10.0) -
         timeout_graceful_shutdown=2,
     )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True
+    )
     thread.start()
     deadline = time.monotonic() + timeout_s
     while not server.started:
@@ -56,3 +69,4 @@ def run_uvicorn(app: Any, *, port: int | None = None, timeout_s: float = 10.0) -
     finally:
         server.should_exit = True
         thread.join(timeout=timeout_s)
+        sock.close()

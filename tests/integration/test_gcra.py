@@ -1,8 +1,10 @@
-"""The GCRA script against a real Redis: exact counts, atomic multi-limit admission, hash tags."""
+"""admit.lua and settle.lua against a real Redis: exact counts, all-or-nothing admission across
+kinds of limit, reservations settled with the real usage, hash tags."""
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -10,41 +12,48 @@ from redis.asyncio import Redis
 
 from gateway import redis_keys
 from gateway.embedded_redis import EmbeddedRedis
-from gateway.ratelimit import Limit, RateLimiter
+from gateway.metering import Meter, UsageRecord
+from gateway.metrics import Metrics
+from gateway.ratelimit import BUDGET, CONCURRENCY, REQUESTS, TOKENS, Limit, RateLimiter, Reservation
 
 T = TypeVar("T")
+ONE = Reservation(0, 0)
 
 
 def _run(redis_url: str, scenario: Callable[[RateLimiter, Redis], Awaitable[T]]) -> T:
     async def main() -> T:
         redis = Redis.from_url(redis_url)
         try:
-            return await scenario(RateLimiter(redis, timeout_s=2), redis)
+            return await scenario(RateLimiter(redis, Metrics(), timeout_s=2), redis)
         finally:
             await redis.aclose()
 
     return asyncio.run(main())
 
 
+def _team() -> str:
+    return "t" + secrets.token_hex(4)
+
+
 def test_concurrent_admissions_never_exceed_the_limit(redis_server: EmbeddedRedis) -> None:
-    limit = Limit(redis_keys.rate_limit("gcra-a", "key:k1:rpm"), rate=10, period_s=60, description="k1")
+    limit = Limit(REQUESTS, redis_keys.rate_limit(_team(), "key:k1:rpm"), 10, "k1")
 
     async def scenario(limiter: RateLimiter, redis: Redis) -> list[bool]:
-        results = await asyncio.gather(*(limiter.admit([limit]) for _ in range(50)))
+        results = await asyncio.gather(*(limiter.admit([limit], f"r{i}", ONE) for i in range(50)))
         return [r.allowed for r in results]
 
-    allowed = _run(redis_server.url, scenario)
-    assert sum(allowed) == 10
+    assert sum(_run(redis_server.url, scenario)) == 10
 
 
 def test_a_denial_charges_no_limit_and_names_the_one_that_refused(redis_server: EmbeddedRedis) -> None:
-    tight = Limit(redis_keys.rate_limit("gcra-b", "key:tight"), rate=2, period_s=60, description="tight")
-    loose = Limit(redis_keys.rate_limit("gcra-b", "team"), rate=100, period_s=60, description="loose")
+    team = _team()
+    tight = Limit(REQUESTS, redis_keys.rate_limit(team, "key:tight"), 2, "tight")
+    loose = Limit(REQUESTS, redis_keys.rate_limit(team, "team"), 100, "loose")
 
     async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[list[bool], str | None, int]:
-        results = [await limiter.admit([loose, tight]) for _ in range(4)]
+        results = [await limiter.admit([loose, tight], f"r{i}", ONE) for i in range(4)]
         denied = results[-1].denied_by
-        after = await limiter.admit([loose])
+        after = await limiter.admit([loose], "after", ONE)
         return (
             [r.allowed for r in results],
             denied.limit.description if denied else None,
@@ -54,23 +63,66 @@ def test_a_denial_charges_no_limit_and_names_the_one_that_refused(redis_server: 
     allowed, denied_by, loose_remaining = _run(redis_server.url, scenario)
     assert allowed == [True, True, False, False]
     assert denied_by == "tight"
-    # Two admitted requests and this one charged the loose limit; the two refusals did not.
-    assert loose_remaining == 100 - 3
+    assert loose_remaining == 100 - 3  # two admitted requests and this one; refusals charged nothing
 
 
 def test_the_limit_refills_at_its_rate(redis_server: EmbeddedRedis) -> None:
-    limit = Limit(redis_keys.rate_limit("gcra-c", "fast"), rate=5, period_s=0.5, description="fast")
+    limit = Limit(REQUESTS, redis_keys.rate_limit(_team(), "fast"), 5, "fast", period_s=0.5)
 
     async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[int, float, bool]:
-        burst = [await limiter.admit([limit]) for _ in range(6)]
+        burst = [await limiter.admit([limit], f"r{i}", ONE) for i in range(6)]
         retry = burst[-1].denied_by.retry_after_s if burst[-1].denied_by else -1.0
         await asyncio.sleep(0.12)  # one emission interval is 0.1 s
-        return sum(r.allowed for r in burst), retry, (await limiter.admit([limit])).allowed
+        return sum(r.allowed for r in burst), retry, (await limiter.admit([limit], "later", ONE)).allowed
 
     admitted, retry_after, later = _run(redis_server.url, scenario)
     assert admitted == 5
     assert 0 < retry_after <= 0.1
     assert later
+
+
+def test_concurrency_slots_are_held_until_settled(redis_server: EmbeddedRedis) -> None:
+    team = _team()
+    slots = Limit(CONCURRENCY, redis_keys.rate_limit(team, "key:k:conc"), 2, "slots")
+
+    async def scenario(limiter: RateLimiter, redis: Redis) -> list[bool]:
+        meter = Meter(redis, Metrics(), timeout_s=2)
+        first = await limiter.admit([slots], "a", ONE)
+        second = await limiter.admit([slots], "b", ONE)
+        third = await limiter.admit([slots], "c", ONE)
+        await meter.record(_usage(team, "a", first.settlements(0, 0)))
+        fourth = await limiter.admit([slots], "d", ONE)
+        return [first.allowed, second.allowed, third.allowed, fourth.allowed]
+
+    assert _run(redis_server.url, scenario) == [True, True, False, True]
+
+
+def test_token_reservations_are_settled_to_the_real_usage(redis_server: EmbeddedRedis) -> None:
+    team = _team()
+    tpm = Limit(TOKENS, redis_keys.rate_limit(team, "team:tpm"), 1000, "tpm")
+    budget = Limit(BUDGET, redis_keys.rate_limit(team, "budget:d:x"), 1500, "daily", period_s=3600)
+
+    async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[int, int, int, bool, str]:
+        meter = Meter(redis, Metrics(), timeout_s=2)
+        big = await limiter.admit([tpm, budget], "big", Reservation(100, 800))  # reserves 900
+        during = (await limiter.admit([tpm], "probe1", Reservation(0, 0))).states[0].remaining
+        await meter.record(_usage(team, "big", big.settlements(100, 50)))  # used 150: 750 back
+        after = (await limiter.admit([tpm], "probe2", Reservation(0, 0))).states[0].remaining
+        used = int(await redis.get(budget.redis_key) or 0)
+        over = await limiter.admit([tpm, budget], "over", Reservation(100, 1300))
+        assert over.denied_by is not None
+        return during, after, used, over.allowed, over.denied_by.limit.kind
+
+    during, after, used, allowed, refused_by = _run(redis_server.url, scenario)
+    assert during == 100
+    assert 845 <= after <= 851  # 850 left, give or take the refill since
+    assert used == 150
+    assert not allowed
+    assert refused_by == TOKENS  # 1400 > what the minute has left, checked before the budget
+
+
+def _usage(team: str, request_id: str, settlements: list[tuple[str, str, str]]) -> UsageRecord:
+    return UsageRecord(request_id, team, "key_1", "m", 0, 0, False, False, "2026-11-21", tuple(settlements))
 
 
 def test_every_key_of_one_team_shares_a_cluster_hash_tag() -> None:

@@ -1,0 +1,106 @@
+"""What a team or a key is allowed: request, token and concurrency limits (optionally per model)
+and, for teams, daily and monthly token budgets. Stored as one JSON field on the team or key record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway.errors import ErrorCode, GatewayError
+
+TOKEN_COUNTS = ("total", "input", "output")
+_RATE_FIELDS = ("rpm", "tpm", "max_concurrency")
+_BUDGET_FIELDS = ("daily_tokens", "monthly_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class LimitSet:
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+    tpm_counts: str = "total"  # which tokens a TPM limit counts: total, input or output
+    daily_tokens: int | None = None  # teams only, UTC calendar day
+    monthly_tokens: int | None = None  # teams only, UTC calendar month
+    per_model: Mapping[str, LimitSet] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return self == NO_LIMITS
+
+    def for_model(self, model: str) -> LimitSet | None:
+        return self.per_model.get(model)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            name: getattr(self, name) for name in (*_RATE_FIELDS, *_BUDGET_FIELDS) if getattr(self, name)
+        }
+        if self.tpm is not None and self.tpm_counts != "total":
+            out["tpm_counts"] = self.tpm_counts
+        if self.per_model:
+            out["model_limits"] = {name: limits.as_dict() for name, limits in sorted(self.per_model.items())}
+        return out
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self.as_dict())
+
+    @classmethod
+    def from_json(cls, raw: bytes | str | None) -> LimitSet:
+        return parse_limits(orjson.loads(raw), budgets=True) if raw else NO_LIMITS
+
+    def merged(self, changes: LimitSet, cleared: set[str]) -> LimitSet:
+        """These limits with `changes` applied; names in `cleared` are removed."""
+        values = {name: getattr(self, name) for name in (*_RATE_FIELDS, *_BUDGET_FIELDS, "tpm_counts")}
+        for name in (*_RATE_FIELDS, *_BUDGET_FIELDS):
+            if getattr(changes, name) is not None:
+                values[name] = getattr(changes, name)
+            if name in cleared:
+                values[name] = None
+        if changes.tpm is not None:
+            values["tpm_counts"] = changes.tpm_counts
+        per_model = {**self.per_model, **changes.per_model}
+        return LimitSet(**values, per_model=per_model)
+
+
+NO_LIMITS = LimitSet()
+
+
+def _positive_int(value: Any, param: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise GatewayError(ErrorCode.INVALID_REQUEST, f"'{param}' must be a positive integer.", param=param)
+    return value
+
+
+def parse_limits(body: Mapping[str, Any], *, budgets: bool, where: str = "") -> LimitSet:
+    """The limit fields of an admin request body (unknown fields are the caller's business)."""
+    values: dict[str, Any] = {}
+    for name in (*_RATE_FIELDS, *(_BUDGET_FIELDS if budgets else ())):
+        if body.get(name) is not None:
+            values[name] = _positive_int(body[name], where + name)
+    counts = body.get("tpm_counts", "total")
+    if counts not in TOKEN_COUNTS:
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST,
+            f"'{where}tpm_counts' must be one of {', '.join(TOKEN_COUNTS)}.",
+            param=where + "tpm_counts",
+        )
+    per_model: dict[str, LimitSet] = {}
+    models = body.get("model_limits") if not where else None
+    if models is not None and not isinstance(models, dict):
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST,
+            "'model_limits' must map model names to limits.",
+            param="model_limits",
+        )
+    for model, raw in (models or {}).items():
+        if not isinstance(raw, dict):
+            raise GatewayError(
+                ErrorCode.INVALID_REQUEST,
+                f"'model_limits.{model}' must be an object of limits.",
+                param=f"model_limits.{model}",
+            )
+        per_model[str(model)] = parse_limits(raw, budgets=False, where=f"model_limits.{model}.")
+    return LimitSet(**values, tpm_counts=counts, per_model=per_model)

@@ -1,0 +1,46 @@
+-- Settle one finished request, exactly once per request id: meter its usage, give back what its
+-- admission reserved beyond what it used (or charge the excess), release its concurrency slots.
+-- KEYS[1]: the request's idempotency marker; KEYS[2]: the team's usage hash for one UTC day;
+-- KEYS[3]: the team's set of days with usage; KEYS[4..]: limit state keys to settle.
+-- All share the team's hash tag (Redis Cluster safe).
+-- ARGV[1..8]: marker_ttl, usage_ttl, day, field prefix "key_id|model", prompt, completion, error,
+-- disconnect; then two values per limit key: kind, a
+--   "g" token GCRA: a = "<seconds per token>:<tokens to give back>" (negative: charge more)
+--   "c" concurrency: a = the request id to release
+--   "b" budget:      a = tokens to give back (negative: charge more)
+if not redis.call("SET", KEYS[1], "1", "NX", "EX", ARGV[1]) then
+  return 0
+end
+local prefix = ARGV[4]
+redis.call("HINCRBY", KEYS[2], prefix .. "|requests", 1)
+redis.call("HINCRBY", KEYS[2], prefix .. "|prompt_tokens", ARGV[5])
+redis.call("HINCRBY", KEYS[2], prefix .. "|completion_tokens", ARGV[6])
+if ARGV[7] ~= "0" then redis.call("HINCRBY", KEYS[2], prefix .. "|errors", 1) end
+if ARGV[8] ~= "0" then redis.call("HINCRBY", KEYS[2], prefix .. "|disconnects", 1) end
+redis.call("EXPIRE", KEYS[2], ARGV[2])
+redis.call("SADD", KEYS[3], ARGV[3])
+
+local time = redis.call("TIME")
+local now = (tonumber(time[1]) - 1483228800) + tonumber(time[2]) / 1000000
+for i = 4, #KEYS do
+  local base = 8 + (i - 4) * 2
+  local kind, a = ARGV[base + 1], ARGV[base + 2]
+  if kind == "g" then
+    local sep = string.find(a, ":", 1, true)
+    local emission, give_back = tonumber(string.sub(a, 1, sep - 1)), tonumber(string.sub(a, sep + 1))
+    local tat = tonumber(redis.call("GET", KEYS[i]))
+    if tat then
+      tat = tat - emission * give_back
+      if tat > now then
+        redis.call("SET", KEYS[i], tostring(tat), "EX", math.ceil(tat - now) + 1)
+      else
+        redis.call("DEL", KEYS[i])
+      end
+    end
+  elseif kind == "c" then
+    redis.call("ZREM", KEYS[i], a)
+  elseif redis.call("EXISTS", KEYS[i]) == 1 then  -- a budget whose period has not rolled over
+    redis.call("DECRBY", KEYS[i], a)
+  end
+end
+return 1

@@ -1,0 +1,152 @@
+"""Usage that Redis could not take by shutdown survives in a local file until the next start.
+
+`Meter.stop()` writes what is still pending there as JSON lines; `Meter.start()` reads it back
+into the queue and removes the file only once a flush has written all of it. Writes are
+idempotent per request id, so a record replayed twice still counts once. One file belongs to one
+gateway process at a time (in Kubernetes: a volume per replica that outlives the pod).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import typing
+from collections.abc import Collection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway.metering import UsageRecord
+
+if TYPE_CHECKING:
+    from gateway.metering import Meter
+
+log = logging.getLogger("sluicegate.spool")
+
+_FIELD_TYPES = typing.get_type_hints(UsageRecord)
+# A spool written by an older version may lack fields added since, if they have defaults.
+_REQUIRED = {
+    f.name
+    for f in dataclasses.fields(UsageRecord)
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+}
+
+
+def _valid(value: Any, expected: Any) -> bool:
+    """A parsed JSON value against a field's type (str, int, bool and tuples of them). A record
+    of the wrong shape must never reach Redis: its script error would fail every batch it is in."""
+    origin, args = typing.get_origin(expected), typing.get_args(expected)
+    if origin is tuple:
+        if not isinstance(value, list):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_valid(v, args[0]) for v in value)
+        return len(value) == len(args) and all(_valid(v, a) for v, a in zip(value, args, strict=True))
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(expected, type) and isinstance(value, expected)
+
+
+def _as_tuples(value: Any) -> Any:
+    return tuple(_as_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def _parse(line: bytes) -> UsageRecord | None:
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(raw, dict) or not _REQUIRED <= raw.keys() <= _FIELD_TYPES.keys():
+        return None
+    if not all(_valid(value, _FIELD_TYPES[name]) for name, value in raw.items()):
+        return None
+    return UsageRecord(**{name: _as_tuples(value) for name, value in raw.items()})
+
+
+class Spool:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        # While the file holds records that are also back in the queue, a save must replace it:
+        # appending would copy them again on every restart that cannot reach Redis.
+        self._loaded = False
+        self._replay: asyncio.Task[None] | None = None
+
+    def load(self) -> list[UsageRecord]:
+        try:
+            lines = self.path.read_bytes().splitlines()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:  # the file stays for a later start; serving matters more
+            log.error("usage spool %s: cannot read: %s", self.path, exc)
+            return []
+        records = [r for r in (_parse(line) for line in lines if line.strip()) if r is not None]
+        corrupt = sum(1 for line in lines if line.strip()) - len(records)
+        if corrupt:
+            log.error("usage spool %s: skipped %d corrupt line(s)", self.path, corrupt)
+        self._loaded = True
+        return records
+
+    def keep(self, pending: Collection[UsageRecord]) -> None:
+        """After the final flush: saves what is still pending, or removes a fully written file."""
+        if not pending:
+            if self._loaded:
+                self.remove()
+            return
+        data = b"".join(orjson.dumps(dataclasses.asdict(r)) + b"\n" for r in pending)
+        try:
+            if self._loaded:
+                tmp = self.path.with_name(self.path.name + ".tmp")
+                _write(tmp, data, "wb")
+                os.replace(tmp, self.path)
+            else:
+                _write(self.path, data, "ab")
+        except OSError as exc:
+            log.error("usage records lost: %d (cannot write spool %s: %s)", len(pending), self.path, exc)
+            return
+        log.warning("usage spool %s: %d record(s) kept for the next start", self.path, len(pending))
+
+    def remove(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        self._loaded = False
+
+    def start_replay(self, meter: Meter) -> None:
+        """Queues the file's records and removes the file once a flush has written them."""
+        records = self.load()
+        for record in records:
+            meter.submit(record)
+        if self._loaded:
+            log.info("usage spool %s: replaying %d record(s)", self.path, len(records))
+            self._replay = asyncio.ensure_future(self._remove_when_flushed(meter))
+
+    async def stop_replay(self) -> None:
+        if self._replay is not None:
+            self._replay.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._replay
+            self._replay = None
+
+    async def _remove_when_flushed(self, meter: Meter) -> None:
+        # A True flush leaves the queue empty, so every replayed record was written by then
+        # (by this call or by the meter's own flusher).
+        backoff = 0.1
+        while not await meter.flush():
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+        self.remove()
+        log.info("usage spool %s: replayed and removed", self.path)
+
+
+def _write(path: Path, data: bytes, mode: str) -> None:
+    with open(path, mode, opener=_private) as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())  # shutdown is when the node may go away next
+
+
+def _private(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)

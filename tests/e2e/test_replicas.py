@@ -1,0 +1,107 @@
+"""Three gateway processes sharing one Redis: limits stay exact across replicas."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import AdminClient
+from gateway.embedded_redis import EmbeddedRedis
+from tests.conftest import FAKE_MODEL
+from tests.http import get, post
+from tests.servers import free_port
+
+BODY = {"model": FAKE_MODEL, "messages": [{"role": "user", "content": "hi"}]}
+
+
+@dataclass
+class Replicas:
+    urls: list[str]
+    admin_token: str
+
+    def new_key(self, **limits: int) -> str:
+        admin = AdminClient(self.urls[0], self.admin_token)
+        team = "rep-" + secrets.token_hex(4)
+        admin.call("POST", "/admin/v1/teams", {"name": team})
+        key: str = admin.call("POST", "/admin/v1/keys", {"team": team, **limits})["key"]
+        return key
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    redis_server: EmbeddedRedis, fake_worker: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Replicas]:
+    config = tmp_path_factory.mktemp("replicas") / "models.yaml"
+    config.write_text(f"models:\n  - name: {FAKE_MODEL}\n    endpoints:\n      - url: {fake_worker}\n")
+    token = "adm-" + secrets.token_hex(8)
+    processes: list[subprocess.Popen[bytes]] = []
+    urls: list[str] = []
+    for _ in range(3):
+        port = free_port()
+        env = {
+            **os.environ,
+            "SLUICEGATE_REDIS_URL": redis_server.url,
+            "SLUICEGATE_CONFIG": str(config),
+            "SLUICEGATE_ADMIN_TOKEN": token,
+            "SLUICEGATE_HOST": "127.0.0.1",
+            "SLUICEGATE_PORT": str(port),
+            "SLUICEGATE_LOG_LEVEL": "warning",
+        }
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "gateway", "serve"], env=env, cwd=Path(__file__).parents[2]
+            )
+        )
+        urls.append(f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 30
+        for url in urls:
+            while True:
+                try:
+                    if get(f"{url}/healthz", timeout=1).status == 200:
+                        break
+                except OSError:
+                    pass
+                assert time.monotonic() < deadline, f"{url} did not start"
+                time.sleep(0.05)
+        yield Replicas(urls, token)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=15)
+
+
+def test_rpm_60_admits_exactly_60_of_300_spread_over_three_replicas(replicas: Replicas) -> None:
+    key = replicas.new_key(rpm=60)
+    urls = replicas.urls
+    with concurrent.futures.ThreadPoolExecutor(max_workers=24) as pool:
+        statuses = list(
+            pool.map(lambda i: post(f"{urls[i % 3]}/v1/chat/completions", BODY, key=key).status, range(300))
+        )
+    assert statuses.count(200) == 60
+    assert statuses.count(429) == 240
+
+
+def test_concurrency_4_holds_across_replicas(replicas: Replicas) -> None:
+    key = replicas.new_key(max_concurrency=4)
+    urls = replicas.urls
+    slow = {"x-fake-tokens": "4", "x-fake-token-delay-ms": "250"}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=15) as pool:
+        statuses = list(
+            pool.map(
+                lambda i: post(f"{urls[i % 3]}/v1/chat/completions", BODY, key=key, headers=slow).status,
+                range(15),
+            )
+        )
+    assert statuses.count(200) == 4
+    assert statuses.count(429) == 11
