@@ -115,7 +115,39 @@ def default_table(worker_url: str, **timeouts: float) -> ModelTable:
     )
 
 
-def _gateway_factory(redis_url: str, worker_url: str) -> GatewayFactory:
+class SessionLog(logging.Handler):
+    """Every log record of the whole test session, formatted: at its end no secret a test created
+    (key or admin token) may appear in any of them."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+        self.lines: list[str] = []
+        self.secrets: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_log() -> Iterator[SessionLog]:
+    handler = SessionLog()
+    root = logging.getLogger()
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)
+    text = "\n".join(handler.lines)
+    assert "sluicegate.access" in text, "the session's logs were not captured"
+    leaked = [secret[:10] + "..." for secret in handler.secrets if secret in text]
+    assert not leaked, f"secrets found in log lines: {leaked}"
+
+
+def _gateway_factory(redis_url: str, worker_url: str, session_log: SessionLog) -> GatewayFactory:
     @contextlib.contextmanager
     def factory(table: ModelTable | None = None, **overrides: Any) -> Iterator[Gateway]:
         admin_token = "adm-" + secrets.token_urlsafe(16)
@@ -129,7 +161,10 @@ def _gateway_factory(redis_url: str, worker_url: str) -> GatewayFactory:
         settings = Settings(**{**fields, **overrides})
         app = create_app(settings, table or default_table(worker_url))
         with run_uvicorn(app, sock=sock) as url:
-            gw = Gateway(url=url, admin_token=admin_token, settings=settings)
+            gw = Gateway(
+                url=url, admin_token=admin_token, settings=settings, secrets_created=session_log.secrets
+            )
+            session_log.secrets.append(admin_token)
             try:
                 yield gw
             finally:
@@ -139,15 +174,17 @@ def _gateway_factory(redis_url: str, worker_url: str) -> GatewayFactory:
 
 
 @pytest.fixture
-def make_gateway(redis_server: EmbeddedRedis, fake_worker: str) -> GatewayFactory:
+def make_gateway(redis_server: EmbeddedRedis, fake_worker: str, session_log: SessionLog) -> GatewayFactory:
     """Builds real gateways (default: in front of the fake worker) that live within one test."""
-    return _gateway_factory(redis_server.url, fake_worker)
+    return _gateway_factory(redis_server.url, fake_worker, session_log)
 
 
 @pytest.fixture(scope="module")
-def make_gateway_module(redis_server: EmbeddedRedis, fake_worker: str) -> GatewayFactory:
+def make_gateway_module(
+    redis_server: EmbeddedRedis, fake_worker: str, session_log: SessionLog
+) -> GatewayFactory:
     """The same, for gateways shared by a module's tests (in front of a slow-to-start worker)."""
-    return _gateway_factory(redis_server.url, fake_worker)
+    return _gateway_factory(redis_server.url, fake_worker, session_log)
 
 
 @pytest.fixture

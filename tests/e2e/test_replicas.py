@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,11 +29,17 @@ class Replicas:
     urls: list[str]
     admin_token: str
 
+    @property
+    def admin(self) -> AdminClient:
+        return AdminClient(self.urls[0], self.admin_token)
+
     def new_key(self, **limits: int) -> str:
-        admin = AdminClient(self.urls[0], self.admin_token)
+        return str(self.new_key_record(**limits)["key"])
+
+    def new_key_record(self, **limits: int) -> dict[str, Any]:
         team = "rep-" + secrets.token_hex(4)
-        admin.call("POST", "/admin/v1/teams", {"name": team})
-        key: str = admin.call("POST", "/admin/v1/keys", {"team": team, **limits})["key"]
+        self.admin.call("POST", "/admin/v1/teams", {"name": team})
+        key: dict[str, Any] = self.admin.call("POST", "/admin/v1/keys", {"team": team, **limits})
         return key
 
 
@@ -55,6 +62,8 @@ def replicas(
             "SLUICEGATE_HOST": "127.0.0.1",
             "SLUICEGATE_PORT": str(port),
             "SLUICEGATE_LOG_LEVEL": "warning",
+            # Only the invalidation feed can make a replica drop a revoked key this early.
+            "SLUICEGATE_KEY_CACHE_TTL": "30",
         }
         processes.append(
             subprocess.Popen(
@@ -105,3 +114,34 @@ def test_concurrency_4_holds_across_replicas(replicas: Replicas) -> None:
         )
     assert statuses.count(200) == 4
     assert statuses.count(429) == 11
+
+
+def test_tpm_holds_across_replicas_within_one_reservation(replicas: Replicas) -> None:
+    key = replicas.new_key(tpm=300)
+    urls = replicas.urls
+    body = {**BODY, "max_tokens": 20}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=12) as pool:
+        replies = list(
+            pool.map(
+                lambda i: post(
+                    f"{urls[i % 3]}/v1/chat/completions", body, key=key, headers={"x-fake-tokens": "20"}
+                ),
+                range(60),
+            )
+        )
+    served = [r.json()["usage"]["total_tokens"] for r in replies if r.status == 200]
+    assert {r.status for r in replies} == {200, 429}
+    # Each reservation is 20 output tokens plus a prompt estimate of a few tokens.
+    assert 300 - 25 <= sum(served) <= 300 + 25
+
+
+def test_revocation_on_one_replica_stops_the_key_on_the_others_within_a_second(replicas: Replicas) -> None:
+    key = replicas.new_key_record()
+    for url in replicas.urls:
+        assert post(f"{url}/v1/chat/completions", BODY, key=key["key"]).status == 200  # cached everywhere
+    replicas.admin.call("DELETE", f"/admin/v1/keys/{key['id']}")
+    started = time.monotonic()
+    for url in replicas.urls[1:]:
+        while post(f"{url}/v1/chat/completions", BODY, key=key["key"]).status != 401:
+            assert time.monotonic() - started < 1.0, f"{url} still accepts the revoked key"
+            time.sleep(0.02)

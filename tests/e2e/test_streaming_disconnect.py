@@ -104,3 +104,38 @@ def test_a_client_leaving_a_non_streaming_request_cancels_the_worker_call(
     assert time.monotonic() - left_at < 1.0
     row = _metered(gateway, key["team"])
     assert (row["requests"], row["disconnects"], row["completion_tokens"]) == (1, 1, 0)
+
+
+def test_streams_dropped_at_random_points_meter_what_was_relayed(gateway: Gateway, fake_worker: str) -> None:
+    import random
+
+    rng = random.Random(7)
+    key = gateway.new_key()
+    client = gateway.client(key["key"])
+    received_total, worker_sent_total = 0, 0
+    for i in range(8):
+        stop_after = rng.randint(1, 30)
+        request_id = f"drop-{key['id']}-{i}"
+        with client.chat.completions.with_streaming_response.create(
+            model=FAKE_MODEL,
+            messages=HELLO,
+            stream=True,
+            extra_headers={"x-request-id": request_id, "x-fake-tokens": "40", "x-fake-token-delay-ms": "10"},
+        ) as raw:
+            received = 0
+            for chunk in raw.parse():
+                if chunk.choices and chunk.choices[0].delta.content:
+                    received += 1
+                if received == stop_after:
+                    break
+        record = _wait_for_state(fake_worker, request_id, "disconnected", within_s=1.0)
+        sent = record["tokens_sent"]
+        assert isinstance(sent, int)
+        received_total += received
+        worker_sent_total += sent
+    row = _metered(gateway, key["team"])
+    assert row["requests"] == 8
+    assert row["disconnects"] == 8
+    # Metered: what the gateway relayed, which is at least what the clients read before leaving
+    # and at most what the worker sent.
+    assert received_total <= row["completion_tokens"] <= worker_sent_total
