@@ -99,6 +99,8 @@ async def measure(
     load: Load,
     base: dict[str, str],
     api_key: str,
+    limited_key: str,
+    redis_url: str,
     others: dict[str, int],
     plan: Plan,
     args: argparse.Namespace,
@@ -147,6 +149,19 @@ async def measure(
         name: cpu_seconds(pid) - others_cpu0[name] for name, pid in others.items()
     }
 
+    step(f"saturation with every limit on key and team, c={plan.saturation_concurrency}")
+    calls_before = redis_calls(redis_url)
+    results["limited"] = await load.phase(
+        Target(base["gateway"], limited_key),
+        whole,
+        name="all limits",
+        concurrency=plan.saturation_concurrency,
+        duration_s=plan.saturation_s,
+        stream=False,
+        gateway_cpu=True,
+    )
+    results["limited_redis_commands"] = redis_calls(redis_url) - calls_before
+
     rounds = plan.latency_rounds
     for key, target, body, concurrency, side_s, what in (
         ("c1", direct, whole, 1, plan.latency_side_s, "added latency"),
@@ -188,6 +203,20 @@ async def measure(
     return results
 
 
+# The commands the gateway sends itself on the request path. commandstats also counts the
+# commands a Lua script runs inside Redis (GET, ZADD, ...), which are no round trips.
+_GATEWAY_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_hgetall", "cmdstat_hmget")
+
+
+def redis_calls(url: str) -> int:
+    """Commands the gateway has sent Redis (INFO commandstats)."""
+    import redis
+
+    with redis.Redis.from_url(url) as client:
+        stats = client.info("commandstats")
+    return sum(int(stats[name]["calls"]) for name in _GATEWAY_COMMANDS if name in stats)
+
+
 def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, dict[str, Any]]:
     table = Table()
     summary: dict[str, Any] = {}
@@ -219,6 +248,22 @@ def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, 
         f"{TARGET_REQS_PER_CORE:,.0f}",
     )
     summary.update(rps=sat.rps, cpu_ms_per_request=cpu_ms, requests_per_core=per_core, gateway_busy=busy)
+
+    limited: PhaseResult = results["limited"]
+    assert limited.cpu_s is not None
+    limited_ms = 1000 * limited.cpu_s / limited.requests if limited.requests else float("nan")
+    commands = results["limited_redis_commands"] / limited.requests if limited.requests else float("nan")
+    table.check(
+        "gateway CPU per request, every limit on key and team",
+        limited_ms,
+        f"{limited_ms:.3f} ms",
+        "<=",
+        TARGET_CPU_MS_PER_REQUEST,
+        f"{TARGET_CPU_MS_PER_REQUEST} ms",
+    )
+    # Commands bound round trips from above: pipelined settlements share round trips.
+    table.check("Redis commands per request, every limit", commands, f"{commands:.2f}", "<=", 2, "2")
+    summary.update(limited_cpu_ms_per_request=limited_ms, limited_redis_commands_per_request=commands)
 
     for key, label in (("c1", "c=1"), ("c16", "c=16")):
         d, g = results[key]
@@ -327,7 +372,17 @@ def run(plan: Plan, args: argparse.Namespace, children: Children) -> tuple[str, 
                 monitor = Monitor([stack.gateway_pid, *others.values()], args.wait_quiet)
                 load = Load(session, monitor, stack.gateway_pid)
                 urls = {**base, "gateway": stack.base}
-                return await measure(load, urls, stack.api_key, others, plan, args, children.step)
+                return await measure(
+                    load,
+                    urls,
+                    stack.api_key,
+                    stack.limited_key,
+                    stack.redis_url,
+                    others,
+                    plan,
+                    args,
+                    children.step,
+                )
 
         results = uvloop.run(main())
     return report(results, plan, facts)

@@ -54,6 +54,7 @@ class Authenticator:
         self._timeout_s = timeout_s
         # secret hash -> (key record, or None for no such key; expiry); "team:<name>" -> team limits
         self._cache: dict[str, tuple[KeyRecord | LimitSet | None, float]] = {}
+        self._loading: dict[str, asyncio.Future[KeyRecord | LimitSet | None]] = {}
 
     async def authenticate(self, headers: Headers) -> Principal:
         token = bearer_token(headers)
@@ -82,9 +83,15 @@ class Authenticator:
         cached = self._cache.get(entry)
         if cached is not None and cached[1] > now:
             return cached[0]
+        # One lookup per entry at a time: when a popular key's entry expires under load, every
+        # request that finds it stale waits on the same Redis call instead of making its own.
+        pending = self._loading.get(entry)
+        if pending is None:
+            pending = self._loading[entry] = asyncio.ensure_future(self._load(entry, load))
+            pending.add_done_callback(self._loaded)
         try:
             async with asyncio.timeout(self._timeout_s):
-                value = await load(entry)
+                value = await asyncio.shield(pending)
         except (RedisError, TimeoutError):
             if cached is not None and cached[0] is not None:
                 # What this replica saw moments ago keeps working through a Redis blip.
@@ -92,9 +99,23 @@ class Authenticator:
             raise GatewayError(
                 ErrorCode.REDIS_UNAVAILABLE, "The key store is unavailable; try again shortly."
             ) from None
+        return value
+
+    def _loaded(self, done: asyncio.Future[KeyRecord | LimitSet | None]) -> None:
+        for entry, pending in list(self._loading.items()):
+            if pending is done:
+                del self._loading[entry]
+        if not done.cancelled():
+            done.exception()  # every waiter may have given up on it: mark the error as seen
+
+    async def _load(
+        self, entry: str, load: Callable[[str], Awaitable[KeyRecord | LimitSet | None]]
+    ) -> KeyRecord | LimitSet | None:
+        async with asyncio.timeout(self._timeout_s):
+            value = await load(entry)
         if len(self._cache) >= _MAX_CACHED:
             self._cache.clear()
-        self._cache[entry] = (value, now + self._ttl)
+        self._cache[entry] = (value, time.monotonic() + self._ttl)
         return value
 
     def forget(self, entry: str) -> None:

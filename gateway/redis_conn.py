@@ -17,6 +17,7 @@ from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway.config import ConfigError, Settings
 
@@ -108,6 +109,10 @@ def connect_redis(settings: Settings) -> Redis:
     common: dict[str, Any] = {
         "max_connections": settings.redis_max_connections,
         "socket_connect_timeout": settings.redis_timeout_s,
+        # After Redis restarts, the pool still holds connections to the old process that look
+        # open until used: one immediate retry on a fresh connection keeps each of them from
+        # failing a request. Connection errors only (a command that timed out may have run).
+        "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
     }
     if urlsplit(url).scheme != SENTINEL_SCHEME:
         return Redis(connection_pool=ConnectionPool.from_url(url, **common))

@@ -221,6 +221,8 @@ class Stack:
     gateway_pid: int
     base: str  # http://127.0.0.1:<gateway port>
     api_key: str  # a key of team "bench" with rpm 1,000,000,000
+    limited_key: str  # a key where every kind of limit applies on key and team, none ever binding
+    redis_url: str
     redis_pids: list[int]
     tmp: Path  # removed when the stack stops
 
@@ -263,8 +265,15 @@ def gateway_stack(
         pin(gateway.pid, gw_cpus)  # any thread started during boot, too
         http_json("POST", base + "/admin/v1/teams", admin_token, {"name": "bench"})
         key = http_json("POST", base + "/admin/v1/keys", admin_token, {"team": "bench", "rpm": 1_000_000_000})
+        never = 1_000_000_000  # high enough never to refuse: every limit is checked and charged
+        rates = {"rpm": never, "tpm": never, "max_concurrency": 100_000}
+        budgets = {"daily_tokens": never, "monthly_tokens": never}
+        http_json(
+            "POST", base + "/admin/v1/teams", admin_token, {"name": "bench-limited", **rates, **budgets}
+        )
+        limited = http_json("POST", base + "/admin/v1/keys", admin_token, {"team": "bench-limited", **rates})
         try:
-            yield Stack(gateway.pid, base, key["key"], redis_pids, Path(tmp))
+            yield Stack(gateway.pid, base, key["key"], limited["key"], redis.url, redis_pids, Path(tmp))
         except Exception:
             print("gateway log (tail):\n" + log_path.read_text(errors="replace")[-3000:], file=sys.stderr)
             raise

@@ -131,8 +131,10 @@ def test_tpm_holds_across_replicas_within_one_reservation(replicas: Replicas) ->
         )
     served = [r.json()["usage"]["total_tokens"] for r in replies if r.status == 200]
     assert {r.status for r in replies} == {200, 429}
-    # Each reservation is 20 output tokens plus a prompt estimate of a few tokens.
-    assert 300 - 25 <= sum(served) <= 300 + 25
+    # Never more than the limit plus one reservation (20 output tokens and a prompt estimate of
+    # under 10). How far below it ends depends on how many refunds were still in flight when the
+    # last requests were refused; test_team_limits checks the refunds themselves.
+    assert 200 <= sum(served) <= 300 + 30
 
 
 def test_revocation_on_one_replica_stops_the_key_on_the_others_within_a_second(replicas: Replicas) -> None:
