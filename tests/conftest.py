@@ -116,8 +116,8 @@ def default_table(worker_url: str, **timeouts: float) -> ModelTable:
 
 
 class SessionLog(logging.Handler):
-    """Every log record of the whole test session, formatted: at its end no secret a test created
-    (key or admin token) may appear in any of them."""
+    """Collects formatted log records; for the whole session, it also holds every secret a test
+    created (keys, admin tokens), none of which may appear in any record."""
 
     def __init__(self) -> None:
         super().__init__(level=logging.DEBUG)
@@ -129,8 +129,8 @@ class SessionLog(logging.Handler):
         self.lines.append(self.format(record))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def session_log() -> Iterator[SessionLog]:
+@contextlib.contextmanager
+def _capturing_logs() -> Iterator[SessionLog]:
     handler = SessionLog()
     root = logging.getLogger()
     previous = root.level
@@ -141,6 +141,12 @@ def session_log() -> Iterator[SessionLog]:
     finally:
         root.removeHandler(handler)
         root.setLevel(previous)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_log() -> Iterator[SessionLog]:
+    with _capturing_logs() as handler:
+        yield handler
     text = "\n".join(handler.lines)
     assert "sluicegate.access" in text, "the session's logs were not captured"
     leaked = [secret[:10] + "..." for secret in handler.secrets if secret in text]
@@ -196,20 +202,5 @@ def gateway(make_gateway: GatewayFactory) -> Iterator[Gateway]:
 @pytest.fixture
 def all_logs() -> Iterator[list[str]]:
     """Every log record of every logger, at every level, formatted, while the test runs."""
-    lines: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append(self.format(record))
-
-    handler = Collect(level=logging.DEBUG)
-    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
-    root = logging.getLogger()
-    previous = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        yield lines
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(previous)
+    with _capturing_logs() as handler:
+        yield handler.lines
