@@ -124,14 +124,16 @@ class Authenticator:
 
     async def follow_invalidations(self, redis: Redis) -> None:
         """Runs for the app's life: drops every secret hash published on the channel. Whatever was
-        published while the subscription was down is unknown, so each (re)subscription clears the
-        cache; during the outage itself cached keys keep working (a revocation needs Redis too)."""
+        published while the subscription was down is unknown, so each (re)subscription marks every
+        entry stale: each is read again, but still serves if that read fails (a Redis that is back
+        but still loading answers SUBSCRIBE yet not reads). During the outage itself cached keys
+        keep working: a revocation needs Redis too."""
         backoff = 0.1
         while True:
             pubsub = redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(redis_keys.KEY_INVALIDATIONS)
-                self._cache.clear()
+                self._cache = {entry: (value, 0.0) for entry, (value, _) in self._cache.items()}
                 backoff = 0.1
                 async for message in pubsub.listen():
                     if message["type"] == "message":

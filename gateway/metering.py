@@ -117,12 +117,15 @@ class Meter:
             spool.start_replay(self)
 
     async def stop(self, spool: Spool | None = None) -> None:
-        if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
-        if spool is not None:
-            await spool.stop_replay()
+        # Cancelled mid-write, a flush would lose the batch in its hands (a paused Redis holds it
+        # for the whole timeout): with the lock held, the tasks that flush stop between writes.
+        async with self._flush_lock:
+            if self._flusher is not None:
+                self._flusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._flusher
+            if spool is not None:
+                await spool.stop_replay()
         await self.flush()
         if spool is not None:
             spool.keep(self._pending)
@@ -149,6 +152,11 @@ class Meter:
                 try:
                     async with asyncio.timeout(self._timeout_s):
                         await self._write(batch)
+                except asyncio.CancelledError:
+                    # Cancelled mid-write (shutdown, or a report's caller gave up): keep the batch;
+                    # writes are idempotent, so one that did land is not counted twice.
+                    self._pending.extendleft(reversed(batch))
+                    raise
                 except (RedisError, TimeoutError) as exc:
                     self._pending.extendleft(reversed(batch))
                     self._metrics.metering_failures.inc()

@@ -111,7 +111,9 @@ def connect_redis(settings: Settings) -> Redis:
         "socket_connect_timeout": settings.redis_timeout_s,
         # After Redis restarts, the pool still holds connections to the old process that look
         # open until used: one immediate retry on a fresh connection keeps each of them from
-        # failing a request. Connection errors only (a command that timed out may have run).
+        # failing a request. Not on timeouts, whose command may well have run; a reply lost to a
+        # closed connection is rare, and the scripts then err on the safe side (metering is
+        # idempotent, a doubled admission charge only limits early).
         "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
     }
     if urlsplit(url).scheme != SENTINEL_SCHEME:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import secrets
+import tempfile
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -148,7 +150,8 @@ def session_log() -> Iterator[SessionLog]:
     with _capturing_logs() as handler:
         yield handler
     text = "\n".join(handler.lines)
-    assert "sluicegate.access" in text, "the session's logs were not captured"
+    if handler.secrets:
+        assert "sluicegate.access" in text, "the session's logs were not captured"
     leaked = [secret[:10] + "..." for secret in handler.secrets if secret in text]
     assert not leaked, f"secrets found in log lines: {leaked}"
 
@@ -163,6 +166,10 @@ def _gateway_factory(redis_url: str, worker_url: str, session_log: SessionLog) -
             "admin_token": admin_token,
             "host": "127.0.0.1",
             "port": sock.getsockname()[1],
+            # Each gateway its own spool: one stopped with Redis down must not replay into another.
+            "spool_path": os.path.join(
+                tempfile.gettempdir(), f"sluicegate-test-{secrets.token_hex(6)}.spool"
+            ),
         }
         settings = Settings(**{**fields, **overrides})
         app = create_app(settings, table or default_table(worker_url))
