@@ -23,9 +23,8 @@ from gateway.embedded_redis import EmbeddedRedis
 from tests.faults.conftest import REDIS_TIMEOUT_S, GatewayProcess, StartGateway, wait_for
 from tests.faults.load import Client, Outcome, run_load, warm_up
 
-LOAD_S = 8.0
 FAULT_AT_S = 2.0
-FAULT_S = 3.0
+AFTER_FAULT_S = 3.0  # load goes on this long after the fault is lifted
 MARGIN_S = 2.0
 
 
@@ -45,6 +44,7 @@ def _under_fault(
     end: Callable[[], object],
     *,
     restarts: bool,
+    fault_s: float,
 ) -> None:
     gw = start_gateway(redis.url)
     team = "faults-" + secrets.token_hex(4)
@@ -62,14 +62,15 @@ def _under_fault(
         time.sleep(FAULT_AT_S)
         marks.append(time.monotonic())
         begin()
-        time.sleep(FAULT_S)
+        time.sleep(fault_s)
         marks.append(time.monotonic())
         end()
         marks.append(time.monotonic())
 
     injector = threading.Thread(target=fault, daemon=True)
     injector.start()
-    outcomes = warm + run_load(gw.url, clients, LOAD_S, timeout_s=REDIS_TIMEOUT_S + 10)
+    load_s = FAULT_AT_S + fault_s + AFTER_FAULT_S
+    outcomes = warm + run_load(gw.url, clients, load_s, timeout_s=REDIS_TIMEOUT_S + 10)
     injector.join(10)
     assert len(marks) == 3, "the fault was not injected and lifted"
     window = Window(*marks)
@@ -136,6 +137,7 @@ def test_redis_paused(start_gateway: StartGateway, own_redis: EmbeddedRedis) -> 
         begin=lambda: os.kill(own_redis.pid, signal.SIGSTOP),
         end=lambda: os.kill(own_redis.pid, signal.SIGCONT),
         restarts=False,
+        fault_s=3.0,  # 10 s exposes a gap: see the note on issue 4 (sequential Redis timeouts)
     )
 
 
@@ -146,4 +148,4 @@ def test_redis_killed_and_restarted_on_the_same_port(
         os.kill(own_redis.pid, signal.SIGKILL)
         own_redis.stop()
 
-    _under_fault(start_gateway, own_redis, begin=kill, end=own_redis.start, restarts=True)
+    _under_fault(start_gateway, own_redis, begin=kill, end=own_redis.start, restarts=True, fault_s=3.0)
