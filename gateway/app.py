@@ -25,6 +25,7 @@ from starlette.routing import Route
 from gateway import api, calls
 from gateway.admin import admin_routes
 from gateway.auth import Authenticator
+from gateway.breaker import RedisBreaker
 from gateway.config import ModelTable, Settings
 from gateway.errors import ErrorCode, GatewayError, from_http_status
 from gateway.keystore import KeyStore
@@ -80,16 +81,22 @@ def create_app(
         meter = Meter(redis, metrics, timeout_s=settings.redis_timeout_s)
         spool = Spool(settings.spool_path)
         meter.start(spool)
+        # A failed call opens it for one Redis timeout: then one request probes again.
+        breaker = RedisBreaker(cool_down_s=settings.redis_timeout_s)
         services = Services(
             settings=settings,
             redis=redis,
             router=router,
             keystore=keystore,
             auth=Authenticator(
-                keystore, cache_ttl_s=settings.key_cache_ttl_s, timeout_s=settings.redis_timeout_s
+                keystore, breaker, cache_ttl_s=settings.key_cache_ttl_s, timeout_s=settings.redis_timeout_s
             ),
             limiter=RateLimiter(
-                redis, metrics, timeout_s=settings.redis_timeout_s, fail_open=settings.redis_fail_open
+                redis,
+                metrics,
+                breaker,
+                timeout_s=settings.redis_timeout_s,
+                fail_open=settings.redis_fail_open,
             ),
             meter=meter,
             metrics=metrics,

@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 from starlette.datastructures import Headers
 
 from gateway import redis_keys
+from gateway.breaker import RedisBreaker
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keystore import KeyRecord, KeyStore, hash_secret
 from gateway.limits import NO_LIMITS, LimitSet
@@ -48,8 +49,11 @@ class Principal:
 
 
 class Authenticator:
-    def __init__(self, store: KeyStore, *, cache_ttl_s: float, timeout_s: float) -> None:
+    def __init__(
+        self, store: KeyStore, breaker: RedisBreaker, *, cache_ttl_s: float, timeout_s: float
+    ) -> None:
         self._store = store
+        self._breaker = breaker
         self._ttl = cache_ttl_s
         self._timeout_s = timeout_s
         # secret hash -> (key record, or None for no such key; expiry); "team:<name>" -> team limits
@@ -81,8 +85,12 @@ class Authenticator:
     ) -> KeyRecord | LimitSet | None:
         now = time.monotonic()
         cached = self._cache.get(entry)
-        if cached is not None and cached[1] > now:
-            return cached[0]
+        if cached is not None and (cached[1] > now or (self._breaker.open and cached[0] is not None)):
+            return cached[0]  # fresh, or stale while Redis is known to be away
+        if self._breaker.open:
+            raise GatewayError(
+                ErrorCode.REDIS_UNAVAILABLE, "The key store is unavailable; try again shortly."
+            )
         # One lookup per entry at a time: when a popular key's entry expires under load, every
         # request that finds it stale waits on the same Redis call instead of making its own.
         pending = self._loading.get(entry)
@@ -93,6 +101,7 @@ class Authenticator:
             async with asyncio.timeout(self._timeout_s):
                 value = await asyncio.shield(pending)
         except (RedisError, TimeoutError):
+            self._breaker.trip()
             if cached is not None and cached[0] is not None:
                 # What this replica saw moments ago keeps working through a Redis blip.
                 return cached[0]

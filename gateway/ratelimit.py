@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway import redis_keys
+from gateway.breaker import RedisBreaker
 from gateway.errors import ErrorCode, GatewayError
 from gateway.limits import LimitSet
 from gateway.metrics import Metrics
@@ -205,11 +206,28 @@ def plan(
 
 
 class RateLimiter:
-    def __init__(self, redis: Redis, metrics: Metrics, *, timeout_s: float, fail_open: bool = False) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        metrics: Metrics,
+        breaker: RedisBreaker,
+        *,
+        timeout_s: float,
+        fail_open: bool = False,
+    ) -> None:
+        self._breaker = breaker
         self._script = load_script(redis, "admit")
         self._metrics = metrics
         self._timeout_s = timeout_s
         self._fail_open = fail_open
+
+    def _unavailable(self) -> Admission:
+        if self._fail_open:
+            # Configured to serve rather than refuse while Redis is away: nothing was charged,
+            # so nothing will be settled either.
+            self._metrics.admitted_without_limits.inc()
+            return NOTHING_TO_ADMIT
+        raise GatewayError(ErrorCode.REDIS_UNAVAILABLE, "The rate limiter is unavailable; try again shortly.")
 
     async def admit(self, limits: Sequence[Limit], request_id: str, reservation: Reservation) -> Admission:
         if not limits:
@@ -223,18 +241,14 @@ class RateLimiter:
             else:
                 cost = 1 if limit.kind == REQUESTS else reservation.tokens(limit.counts)
                 args += ("g", limit.amount, limit.period_s, cost)
+        if self._breaker.open:
+            return self._unavailable()  # a call moments ago failed: do not wait out another timeout
         try:
             async with asyncio.timeout(self._timeout_s):
                 reply = await self._script(keys=[limit.redis_key for limit in limits], args=args)
         except (RedisError, TimeoutError):
-            if self._fail_open:
-                # Configured to serve rather than refuse while Redis is away: nothing was charged,
-                # so nothing will be settled either.
-                self._metrics.admitted_without_limits.inc()
-                return NOTHING_TO_ADMIT
-            raise GatewayError(
-                ErrorCode.REDIS_UNAVAILABLE, "The rate limiter is unavailable; try again shortly."
-            ) from None
+            self._breaker.trip()
+            return self._unavailable()
         states = tuple(
             LimitState(limit, int(reply[2 + i * 3]), float(reply[3 + i * 3]), float(reply[4 + i * 3]))
             for i, limit in enumerate(limits)

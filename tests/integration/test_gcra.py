@@ -11,6 +11,7 @@ from typing import TypeVar
 from redis.asyncio import Redis
 
 from gateway import redis_keys
+from gateway.breaker import RedisBreaker
 from gateway.embedded_redis import EmbeddedRedis
 from gateway.metering import Meter, UsageRecord
 from gateway.metrics import Metrics
@@ -24,7 +25,7 @@ def _run(redis_url: str, scenario: Callable[[RateLimiter, Redis], Awaitable[T]])
     async def main() -> T:
         redis = Redis.from_url(redis_url)
         try:
-            return await scenario(RateLimiter(redis, Metrics(), timeout_s=2), redis)
+            return await scenario(RateLimiter(redis, Metrics(), RedisBreaker(1.0), timeout_s=2), redis)
         finally:
             await redis.aclose()
 
