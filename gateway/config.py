@@ -1,65 +1,48 @@
-"""Settings from the environment and the model table from one YAML file, validated once at start.
+"""Settings from the environment, validated once at start; the model table is gateway.model_table.
 
-A bad value stops the gateway with a ConfigError that names the field (`models[1].endpoints[0].url`),
-so an operator never finds a typo by watching requests fail.
+A bad value stops the gateway with a ConfigError that names the variable, so an operator never
+finds a typo by watching requests fail.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import yaml
+from gateway.model_table import (
+    MODEL_NAME_RE,
+    ConfigError,
+    HealthConfig,
+    KubernetesTarget,
+    ModelConfig,
+    ModelTable,
+    PoolConfig,
+    RoutingConfig,
+    Timeouts,
+    load_model_table,
+    parse_model_table,
+)
 
-MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
+__all__ = [
+    "MODEL_NAME_RE",
+    "ConfigError",
+    "HealthConfig",
+    "KubernetesTarget",
+    "ModelConfig",
+    "ModelTable",
+    "PoolConfig",
+    "RoutingConfig",
+    "Settings",
+    "Timeouts",
+    "load_model_table",
+    "parse_model_table",
+]
 
-
-class ConfigError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """Seconds. `first_token` covers connect-to-first-event of a stream; `total` bounds a
-    non-streaming answer, which arrives only when generation has finished."""
-
-    connect: float = 2.0
-    first_token: float = 60.0
-    idle: float = 30.0
-    total: float = 600.0
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    name: str
-    endpoints: tuple[str, ...]
-    aliases: tuple[str, ...] = ()
-    upstream_model: str | None = None
-    timeouts: Timeouts = field(default_factory=Timeouts)
-
-    @property
-    def wire_model(self) -> str:
-        return self.upstream_model or self.name
-
-
-@dataclass(frozen=True)
-class ModelTable:
-    models: tuple[ModelConfig, ...]
-
-    def by_name(self) -> dict[str, ModelConfig]:
-        """Every name a client may send (names and aliases) mapped to its model."""
-        table: dict[str, ModelConfig] = {}
-        for model in self.models:
-            for name in (model.name, *model.aliases):
-                table[name] = model
-        return table
+_NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -80,6 +63,9 @@ class Settings:
     )
     redis_fail_open: bool = False  # SLUICEGATE_REDIS_FAIL_MODE=fail_open: admit when Redis is down
     default_max_tokens: int = 1024  # reserved for output when a request sets no max_tokens
+    # Services labelled sluicegate.io/model=<name> become model pools (gateway/discovery/).
+    kubernetes_autodiscovery: bool = False
+    kubernetes_namespaces: tuple[str, ...] = ()  # empty: the namespace the gateway runs in
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -105,6 +91,15 @@ class Settings:
         fail_mode = (env.get("SLUICEGATE_REDIS_FAIL_MODE") or "fail_closed").lower()
         if fail_mode not in ("fail_closed", "fail_open"):
             raise ConfigError("SLUICEGATE_REDIS_FAIL_MODE: must be fail_closed or fail_open")
+        autodiscovery = (env.get("SLUICEGATE_KUBERNETES_AUTODISCOVERY") or "false").lower()
+        if autodiscovery not in ("true", "false", "1", "0"):
+            raise ConfigError("SLUICEGATE_KUBERNETES_AUTODISCOVERY: must be true or false")
+        namespaces = tuple(
+            n.strip() for n in (env.get("SLUICEGATE_KUBERNETES_NAMESPACES") or "").split(",") if n.strip()
+        )
+        for namespace in namespaces:
+            if not _NAMESPACE_RE.match(namespace):
+                raise ConfigError(f"SLUICEGATE_KUBERNETES_NAMESPACES: not a namespace name: {namespace!r}")
         port = number("SLUICEGATE_PORT", defaults.port, int)
         if port > 65535:
             raise ConfigError(f"SLUICEGATE_PORT: not a TCP port: {port}")
@@ -124,105 +119,6 @@ class Settings:
             redis_fail_open=fail_mode == "fail_open",
             default_max_tokens=number("SLUICEGATE_DEFAULT_MAX_TOKENS", defaults.default_max_tokens, int),
             spool_path=env.get("SLUICEGATE_SPOOL_PATH") or defaults.spool_path,
+            kubernetes_autodiscovery=autodiscovery in ("true", "1"),
+            kubernetes_namespaces=namespaces,
         )
-
-
-def load_model_table(path: str | Path) -> ModelTable:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return parse_model_table(document)
-
-
-def parse_model_table(document: Any) -> ModelTable:
-    if document is None:
-        document = {}
-    _require_mapping(document, "config", allowed={"models"})
-    raw_models = document.get("models", [])
-    if not isinstance(raw_models, list):
-        raise ConfigError("models: expected a list")
-    models = tuple(_parse_model(raw, f"models[{i}]") for i, raw in enumerate(raw_models))
-    seen: dict[str, str] = {}
-    for i, model in enumerate(models):
-        for j, name in enumerate((model.name, *model.aliases)):
-            where = f"models[{i}].name" if j == 0 else f"models[{i}].aliases[{j - 1}]"
-            if name in seen:
-                raise ConfigError(f"{where}: {name!r} is already used by {seen[name]}")
-            seen[name] = where
-    return ModelTable(models)
-
-
-def _require_mapping(value: Any, where: str, *, allowed: set[str]) -> None:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a mapping")
-    unknown = sorted(str(key) for key in value if key not in allowed)
-    if unknown:
-        prefix = "" if where == "config" else f"{where}."
-        raise ConfigError(f"{prefix}{unknown[0]}: unknown field (allowed: {', '.join(sorted(allowed))})")
-
-
-def _model_name(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not MODEL_NAME_RE.match(value):
-        raise ConfigError(
-            f"{where}: expected a model name (letters, digits and ._:/@+-, at most 128 characters)"
-        )
-    return value
-
-
-def _parse_model(raw: Any, where: str) -> ModelConfig:
-    _require_mapping(raw, where, allowed={"name", "aliases", "upstream_model", "endpoints", "timeouts"})
-    if "name" not in raw:
-        raise ConfigError(f"{where}.name: required")
-    name = _model_name(raw["name"], f"{where}.name")
-    aliases_raw = raw.get("aliases", [])
-    if not isinstance(aliases_raw, list):
-        raise ConfigError(f"{where}.aliases: expected a list of names")
-    aliases = tuple(_model_name(a, f"{where}.aliases[{i}]") for i, a in enumerate(aliases_raw))
-    upstream = raw.get("upstream_model")
-    if upstream is not None and (not isinstance(upstream, str) or not upstream.strip()):
-        raise ConfigError(f"{where}.upstream_model: expected a non-empty string")
-    endpoints_raw = raw.get("endpoints")
-    if not isinstance(endpoints_raw, list) or not endpoints_raw:
-        raise ConfigError(f"{where}.endpoints: expected a non-empty list of {{url: ...}}")
-    endpoints = tuple(_parse_endpoint(e, f"{where}.endpoints[{i}]") for i, e in enumerate(endpoints_raw))
-    if len(set(endpoints)) != len(endpoints):
-        raise ConfigError(f"{where}.endpoints: the same url is listed twice")
-    timeouts = _parse_timeouts(raw.get("timeouts", {}), f"{where}.timeouts")
-    return ModelConfig(
-        name=name, endpoints=endpoints, aliases=aliases, upstream_model=upstream, timeouts=timeouts
-    )
-
-
-def _parse_endpoint(raw: Any, where: str) -> str:
-    _require_mapping(raw, where, allowed={"url"})
-    url = raw.get("url")
-    if not isinstance(url, str):
-        raise ConfigError(f"{where}.url: required, an http:// or https:// URL")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{where}.url: expected an http:// or https:// URL, got {url!r}")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ConfigError(f"{where}.url: give the worker's base URL only (no path), got {url!r}")
-    try:
-        parts.port  # noqa: B018 -- urlsplit validates the port lazily
-    except ValueError:
-        raise ConfigError(f"{where}.url: bad port in {url!r}") from None
-    return url.rstrip("/")
-
-
-def _parse_timeouts(raw: Any, where: str) -> Timeouts:
-    names = {"connect", "first_token", "idle", "total"}
-    _require_mapping(raw, where, allowed=names)
-    values: dict[str, float] = {}
-    for key, value in raw.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where}.{key}: expected seconds as a number")
-        if not math.isfinite(value) or value <= 0:
-            raise ConfigError(f"{where}.{key}: must be a positive number of seconds")
-        values[key] = float(value)
-    return Timeouts(**values)

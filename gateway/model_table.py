@@ -1,0 +1,339 @@
+"""The model table: which names clients may send, and where and how each one is served.
+
+Parsed once at start from YAML; a bad value raises a ConfigError that names the field
+(`models[1].pools[0].discovery.kubernetes.port`), so an operator never finds a typo by watching
+requests fail. Unknown fields are errors for the same reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
+# RFC 1123 label (namespaces) and DNS-1035 label (Services, port names): what the API server accepts.
+_K8S_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_PORT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?$")
+
+POLICY_NAMES = ("least_outstanding", "least_loaded", "session_affinity")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds. `first_token` covers connect-to-first-event of a stream; `total` bounds a
+    non-streaming answer, which arrives only when generation has finished."""
+
+    connect: float = 2.0
+    first_token: float = 60.0
+    idle: float = 30.0
+    total: float = 600.0
+
+
+@dataclass(frozen=True)
+class KubernetesTarget:
+    """A Service whose EndpointSlices are the pool's endpoints."""
+
+    service: str
+    namespace: str | None = None  # None: the namespace the gateway runs in
+    port: str | int = "http"  # a port name or number of the Service's EndpointSlices
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """One set of interchangeable endpoints. A model has one pool, or several with weights (a
+    canary split). `upstream_model` overrides the model's own for this pool."""
+
+    name: str
+    weight: float = 1.0
+    endpoints: tuple[str, ...] = ()
+    kubernetes: KubernetesTarget | None = None
+    upstream_model: str | None = None
+
+
+@dataclass(frozen=True)
+class RoutingConfig:
+    policy: str = "least_outstanding"
+    # Past this many requests in flight on an endpoint (from this replica), requests wait in the
+    # pool's fair queue instead of piling onto a saturated worker.
+    max_inflight_per_endpoint: int = 256
+    max_queue: int = 1024
+    max_queue_wait: float = 30.0
+
+
+@dataclass(frozen=True)
+class HealthConfig:
+    failures_to_eject: int = 3  # consecutive connect errors, 5xx or timeouts
+    ejection_base: float = 2.0  # seconds; doubles with each ejection in a row
+    ejection_max: float = 60.0
+    probe_interval: float = 5.0  # active GET /health, and the load scrape of least_loaded
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    endpoints: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    upstream_model: str | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    kubernetes: KubernetesTarget | None = None
+    pools: tuple[PoolConfig, ...] = ()
+    fallbacks: tuple[str, ...] = ()
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
+
+    @property
+    def wire_model(self) -> str:
+        return self.upstream_model or self.name
+
+    def pool_configs(self) -> tuple[PoolConfig, ...]:
+        """The weighted pools; `endpoints` / `kubernetes` are shorthand for one pool."""
+        if self.pools:
+            return self.pools
+        return (PoolConfig(name=self.name, endpoints=self.endpoints, kubernetes=self.kubernetes),)
+
+
+@dataclass(frozen=True)
+class ModelTable:
+    models: tuple[ModelConfig, ...]
+
+    def by_name(self) -> dict[str, ModelConfig]:
+        """Every name a client may send (names and aliases) mapped to its model."""
+        table: dict[str, ModelConfig] = {}
+        for model in self.models:
+            for name in (model.name, *model.aliases):
+                table[name] = model
+        return table
+
+
+def load_model_table(path: str | Path) -> ModelTable:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_model_table(document)
+
+
+def parse_model_table(document: Any) -> ModelTable:
+    if document is None:
+        document = {}
+    _require_mapping(document, "config", allowed={"models"})
+    raw_models = document.get("models", [])
+    if not isinstance(raw_models, list):
+        raise ConfigError("models: expected a list")
+    models = tuple(parse_model(raw, f"models[{i}]") for i, raw in enumerate(raw_models))
+    seen: dict[str, str] = {}
+    for i, model in enumerate(models):
+        for j, name in enumerate((model.name, *model.aliases)):
+            where = f"models[{i}].name" if j == 0 else f"models[{i}].aliases[{j - 1}]"
+            if name in seen:
+                raise ConfigError(f"{where}: {name!r} is already used by {seen[name]}")
+            seen[name] = where
+    for i, model in enumerate(models):
+        for j, fallback in enumerate(model.fallbacks):
+            if fallback not in seen or fallback in (model.name, *model.aliases):
+                raise ConfigError(
+                    f"models[{i}].fallbacks[{j}]: {fallback!r} is not another model of this table"
+                )
+    return ModelTable(models)
+
+
+def _require_mapping(value: Any, where: str, *, allowed: set[str]) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    unknown = sorted(str(key) for key in value if key not in allowed)
+    if unknown:
+        prefix = "" if where == "config" else f"{where}."
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown field (allowed: {', '.join(sorted(allowed))})")
+
+
+def _model_name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not MODEL_NAME_RE.match(value):
+        raise ConfigError(
+            f"{where}: expected a model name (letters, digits and ._:/@+-, at most 128 characters)"
+        )
+    return value
+
+
+def _names(raw: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: expected a list of names")
+    return tuple(_model_name(a, f"{where}[{i}]") for i, a in enumerate(raw))
+
+
+def _upstream_model(raw: Any, where: str) -> str | None:
+    if raw is not None and (not isinstance(raw, str) or not raw.strip()):
+        raise ConfigError(f"{where}: expected a non-empty string")
+    return raw
+
+
+_TARGET_FIELDS = {"endpoints", "discovery"}
+
+
+def parse_model(raw: Any, where: str) -> ModelConfig:
+    """One model entry (also used for models found by Kubernetes autodiscovery)."""
+    allowed = {"name", "aliases", "upstream_model", "timeouts", "pools", "fallbacks", "routing", "health"}
+    _require_mapping(raw, where, allowed=allowed | _TARGET_FIELDS)
+    if "name" not in raw:
+        raise ConfigError(f"{where}.name: required")
+    name = _model_name(raw["name"], f"{where}.name")
+    given = [k for k in ("endpoints", "discovery", "pools") if k in raw]
+    if len(given) != 1:
+        raise ConfigError(
+            f"{where}.endpoints: give exactly one of endpoints, discovery or pools"
+            + (f" (got {', '.join(given)})" if given else "")
+        )
+    pools: tuple[PoolConfig, ...] = ()
+    endpoints: tuple[str, ...] = ()
+    kubernetes: KubernetesTarget | None = None
+    if "pools" in raw:
+        pools = _parse_pools(raw["pools"], f"{where}.pools", name)
+    else:
+        endpoints, kubernetes = _parse_target(raw, where)
+    return ModelConfig(
+        name=name,
+        endpoints=endpoints,
+        aliases=_names(raw.get("aliases", []), f"{where}.aliases"),
+        upstream_model=_upstream_model(raw.get("upstream_model"), f"{where}.upstream_model"),
+        timeouts=_parse_timeouts(raw.get("timeouts", {}), f"{where}.timeouts"),
+        kubernetes=kubernetes,
+        pools=pools,
+        fallbacks=_names(raw.get("fallbacks", []), f"{where}.fallbacks"),
+        routing=_parse_routing(raw.get("routing", {}), f"{where}.routing"),
+        health=_parse_health(raw.get("health", {}), f"{where}.health"),
+    )
+
+
+def _parse_target(raw: dict[str, Any], where: str) -> tuple[tuple[str, ...], KubernetesTarget | None]:
+    if "discovery" in raw:
+        return (), _parse_discovery(raw["discovery"], f"{where}.discovery")
+    endpoints_raw = raw.get("endpoints")
+    if not isinstance(endpoints_raw, list) or not endpoints_raw:
+        raise ConfigError(f"{where}.endpoints: expected a non-empty list of {{url: ...}}")
+    endpoints = tuple(_parse_endpoint(e, f"{where}.endpoints[{i}]") for i, e in enumerate(endpoints_raw))
+    if len(set(endpoints)) != len(endpoints):
+        raise ConfigError(f"{where}.endpoints: the same url is listed twice")
+    return endpoints, None
+
+
+def _parse_pools(raw: Any, where: str, model_name: str) -> tuple[PoolConfig, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{where}: expected a non-empty list of pools")
+    pools: list[PoolConfig] = []
+    for i, entry in enumerate(raw):
+        at = f"{where}[{i}]"
+        _require_mapping(entry, at, allowed={"name", "weight", "upstream_model"} | _TARGET_FIELDS)
+        pool_name = entry.get("name")
+        if not isinstance(pool_name, str) or not _K8S_NAME_RE.match(pool_name):
+            raise ConfigError(f"{at}.name: required, lower-case letters, digits and '-'")
+        weight = _number(entry.get("weight", 1), f"{at}.weight")
+        given = [k for k in _TARGET_FIELDS if k in entry]
+        if len(given) != 1:
+            raise ConfigError(f"{at}.endpoints: give exactly one of endpoints or discovery")
+        endpoints, kubernetes = _parse_target(entry, at)
+        pools.append(
+            PoolConfig(
+                name=f"{model_name}/{pool_name}",
+                weight=weight,
+                endpoints=endpoints,
+                kubernetes=kubernetes,
+                upstream_model=_upstream_model(entry.get("upstream_model"), f"{at}.upstream_model"),
+            )
+        )
+    if len({p.name for p in pools}) != len(pools):
+        raise ConfigError(f"{where}: two pools have the same name")
+    return tuple(pools)
+
+
+def _parse_discovery(raw: Any, where: str) -> KubernetesTarget:
+    _require_mapping(raw, where, allowed={"kubernetes"})
+    k8s = raw.get("kubernetes")
+    at = f"{where}.kubernetes"
+    _require_mapping(k8s, at, allowed={"namespace", "service", "port"})
+    service = k8s.get("service")
+    if not isinstance(service, str) or not _K8S_NAME_RE.match(service):
+        raise ConfigError(f"{at}.service: required, a Service name")
+    namespace = k8s.get("namespace")
+    if namespace is not None and (not isinstance(namespace, str) or not _K8S_NAME_RE.match(namespace)):
+        raise ConfigError(f"{at}.namespace: expected a namespace name")
+    port = k8s.get("port", "http")
+    if isinstance(port, bool) or not (
+        (isinstance(port, int) and 0 < port < 65536) or (isinstance(port, str) and _PORT_NAME_RE.match(port))
+    ):
+        raise ConfigError(f"{at}.port: expected a port name or number")
+    return KubernetesTarget(service=service, namespace=namespace, port=port)
+
+
+def _parse_endpoint(raw: Any, where: str) -> str:
+    _require_mapping(raw, where, allowed={"url"})
+    url = raw.get("url")
+    if not isinstance(url, str):
+        raise ConfigError(f"{where}.url: required, an http:// or https:// URL")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{where}.url: expected an http:// or https:// URL, got {url!r}")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ConfigError(f"{where}.url: give the worker's base URL only (no path), got {url!r}")
+    try:
+        parts.port  # noqa: B018 -- urlsplit validates the port lazily
+    except ValueError:
+        raise ConfigError(f"{where}.url: bad port in {url!r}") from None
+    return url.rstrip("/")
+
+
+def _number(value: Any, where: str, *, whole: bool = False) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where}: expected a number")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{where}: must be a positive number")
+    if whole and value != int(value):
+        raise ConfigError(f"{where}: must be a whole number")
+    return int(value) if whole else float(value)
+
+
+def _parse_timeouts(raw: Any, where: str) -> Timeouts:
+    _require_mapping(raw, where, allowed={"connect", "first_token", "idle", "total"})
+    return Timeouts(**{key: _number(value, f"{where}.{key}") for key, value in raw.items()})
+
+
+def _parse_routing(raw: Any, where: str) -> RoutingConfig:
+    _require_mapping(
+        raw, where, allowed={"policy", "max_inflight_per_endpoint", "max_queue", "max_queue_wait"}
+    )
+    values: dict[str, Any] = {}
+    if "policy" in raw:
+        if raw["policy"] not in POLICY_NAMES:
+            raise ConfigError(f"{where}.policy: expected one of {', '.join(POLICY_NAMES)}")
+        values["policy"] = raw["policy"]
+    for key in ("max_inflight_per_endpoint", "max_queue"):
+        if key in raw:
+            values[key] = _number(raw[key], f"{where}.{key}", whole=True)
+    if "max_queue_wait" in raw:
+        values["max_queue_wait"] = _number(raw["max_queue_wait"], f"{where}.max_queue_wait")
+    return RoutingConfig(**values)
+
+
+def _parse_health(raw: Any, where: str) -> HealthConfig:
+    _require_mapping(
+        raw, where, allowed={"failures_to_eject", "ejection_base", "ejection_max", "probe_interval"}
+    )
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        values[key] = _number(value, f"{where}.{key}", whole=key == "failures_to_eject")
+    health = HealthConfig(**values)
+    if health.ejection_max < health.ejection_base:
+        raise ConfigError(f"{where}.ejection_max: must be at least ejection_base")
+    return health
