@@ -112,7 +112,7 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-_LIMIT_FLAGS = ("rpm", "tpm", "max_concurrency", "tpm_counts", "daily_tokens", "monthly_tokens")
+_LIMIT_FLAGS = ("rpm", "tpm", "max_concurrency", "tpm_counts", "daily_tokens", "monthly_tokens", "weight")
 
 
 def _limits_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -132,6 +132,9 @@ def _add_limit_flags(parser: argparse.ArgumentParser, *, budgets: bool) -> None:
     if budgets:
         parser.add_argument("--daily-tokens", type=int, help="token budget per UTC day")
         parser.add_argument("--monthly-tokens", type=int, help="token budget per UTC month")
+        parser.add_argument(
+            "--weight", type=int, help="share of a saturated model pool relative to other teams (default 1)"
+        )
 
 
 def cmd_teams(args: argparse.Namespace) -> int:

@@ -66,6 +66,8 @@ class Settings:
     # Services labelled sluicegate.io/model=<name> become model pools (gateway/discovery/).
     kubernetes_autodiscovery: bool = False
     kubernetes_namespaces: tuple[str, ...] = ()  # empty: the namespace the gateway runs in
+    # Outside a pod, discovery reads this kubeconfig (standard KUBECONFIG; default ~/.kube/config).
+    kubeconfig: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -121,4 +123,5 @@ class Settings:
             spool_path=env.get("SLUICEGATE_SPOOL_PATH") or defaults.spool_path,
             kubernetes_autodiscovery=autodiscovery in ("true", "1"),
             kubernetes_namespaces=namespaces,
+            kubeconfig=env.get("KUBECONFIG") or None,
         )

@@ -14,7 +14,8 @@ from gateway.errors import ErrorCode, GatewayError
 
 TOKEN_COUNTS = ("total", "input", "output")
 _RATE_FIELDS = ("rpm", "tpm", "max_concurrency")
-_BUDGET_FIELDS = ("daily_tokens", "monthly_tokens")
+# Team-only fields: budgets, and the team's weight in a saturated pool's fair queue (default 1).
+_BUDGET_FIELDS = ("daily_tokens", "monthly_tokens", "weight")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +26,12 @@ class LimitSet:
     tpm_counts: str = "total"  # which tokens a TPM limit counts: total, input or output
     daily_tokens: int | None = None  # teams only, UTC calendar day
     monthly_tokens: int | None = None  # teams only, UTC calendar month
+    weight: int | None = None  # teams only: share of a saturated pool relative to other teams
     per_model: Mapping[str, LimitSet] = field(default_factory=dict)
+
+    @property
+    def share_weight(self) -> int:
+        return self.weight or 1
 
     @property
     def empty(self) -> bool:
