@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from tests.servers import run_uvicorn
-from tests.workers.test_reframr_api import MODEL, call, chat, connect, metric, send, sse_chunks, wait_for
+from tests.workers.reframr.support import MODEL, call, chat, connect, metric, send, sse_chunks, wait_for
 from workers.reframr import create_app
 from workers.reframr.deterministic import DeterministicEngine, TextOnly
 from workers.reframr.engine import Engine, EngineLoader

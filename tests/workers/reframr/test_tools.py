@@ -4,16 +4,13 @@ messages back into Reframr's context; plus the context format itself."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any, cast
 
 import openai
 import pytest
 
-from tests.servers import run_uvicorn
-from tests.workers.test_reframr_api import MODEL, call, chat, sse_chunks
+from tests.workers.reframr.support import MODEL, call, chat, sse_chunks
 from workers.fake.plan import RequestError
-from workers.reframr import create_app
 from workers.reframr.context import compose_chat_context, last_turn
 from workers.reframr.deterministic import DeterministicEngine
 from workers.reframr.tools import callable_tools, parse_tool_calls
@@ -26,24 +23,6 @@ WEATHER: dict[str, Any] = {
 }
 CLOCK: dict[str, Any] = {"type": "function", "function": {"name": "clock"}}
 ASK = 'call get_weather {"city": "Paris"}'
-
-
-@pytest.fixture(scope="module")
-def engine() -> DeterministicEngine:
-    return DeterministicEngine()
-
-
-@pytest.fixture(scope="module")
-def base_url(engine: DeterministicEngine) -> Iterator[str]:
-    with run_uvicorn(create_app(engine, MODEL)) as url:
-        yield url
-
-
-@pytest.fixture
-def client(base_url: str) -> Iterator[openai.OpenAI]:
-    sdk = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0)
-    yield sdk
-    sdk.close()
 
 
 def _ask(client: openai.OpenAI, content: str, **extra: Any) -> Any:

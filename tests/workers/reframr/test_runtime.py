@@ -13,12 +13,12 @@ import orjson
 import pytest
 
 from tests.servers import free_port, run_uvicorn
-from tests.workers.test_reframr_api import MODEL, call, chat, wait_for
+from tests.workers.reframr.support import MODEL, call, chat, wait_for
 from workers.reframr import create_app, runtime
 from workers.reframr.engine import EngineLoader
 
 pytestmark = pytest.mark.timeout(10)
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 STUB = """
 class ReframrModel:
     @classmethod

@@ -1,115 +1,20 @@
-"""The Reframr worker's HTTP surface over a real loopback socket, with the deterministic engine.
-
-The other `test_reframr_*` modules import the small HTTP helpers defined at the top of this one.
-"""
+"""The Reframr worker's HTTP surface over a real loopback socket, with the deterministic engine."""
 
 from __future__ import annotations
 
-import http.client
-import time
-from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import openai
 import orjson
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.servers import run_uvicorn
+from tests.workers.reframr.support import MODEL, call, chat, metric, sse_chunks
 from workers.fake.framing import ChatFrames, CompletionFrames
 from workers.reframr import create_app
 from workers.reframr.deterministic import DeterministicEngine, TextOnly
 
-MODEL = "reframr-test"
 pytestmark = pytest.mark.timeout(10)
-
-
-# --- helpers (shared with the other test_reframr_* modules) -------------------------------------
-
-
-def connect(base_url: str, timeout: float = 5.0) -> http.client.HTTPConnection:
-    parts = urlsplit(base_url)
-    assert parts.hostname is not None
-    return http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
-
-
-def send(
-    conn: http.client.HTTPConnection, path: str, body: Any, headers: dict[str, str] | None = None
-) -> None:
-    data = body if isinstance(body, bytes) else orjson.dumps(body)
-    conn.request("POST", path, body=data, headers={"content-type": "application/json", **(headers or {})})
-
-
-def call(
-    base_url: str, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
-) -> tuple[int, dict[str, str], bytes]:
-    conn = connect(base_url)
-    try:
-        if method == "POST":
-            send(conn, path, body, headers)
-        else:
-            conn.request(method, path, headers=headers or {})
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-    finally:
-        conn.close()
-
-
-def sse_chunks(raw: bytes) -> list[dict[str, Any]]:
-    """The JSON chunks of a complete SSE body, checking vLLM's framing on the way."""
-    events = raw.split(b"\n\n")
-    assert events[-2:] == [b"data: [DONE]", b""], raw[-80:]
-    chunks = []
-    for event in events[:-2]:
-        assert event.startswith(b"data: "), event
-        payload = event[len(b"data: ") :]
-        assert orjson.dumps(orjson.loads(payload)) == payload, "not compact JSON"
-        chunks.append(orjson.loads(payload))
-    return chunks
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout_s}s")
-        time.sleep(0.01)
-
-
-def metric(base_url: str, name: str, **labels: str) -> float | None:
-    status, _, raw = call(base_url, "GET", "/metrics")
-    assert status == 200
-    for family in text_string_to_metric_families(raw.decode()):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return float(sample.value)
-    return None
-
-
-def chat(content: str, **extra: Any) -> dict[str, Any]:
-    return {"model": MODEL, "messages": [{"role": "user", "content": content}], **extra}
-
-
-# --- fixtures -----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def engine() -> DeterministicEngine:
-    return DeterministicEngine()
-
-
-@pytest.fixture(scope="module")
-def base_url(engine: DeterministicEngine) -> Iterator[str]:
-    with run_uvicorn(create_app(engine, MODEL)) as url:
-        yield url
-
-
-@pytest.fixture
-def client(base_url: str) -> Iterator[openai.OpenAI]:
-    sdk = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0)
-    yield sdk
-    sdk.close()
 
 
 # --- plain endpoints ----------------------------------------------------------------------------
