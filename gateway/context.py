@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
-import uuid
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
@@ -16,7 +16,7 @@ def request_id_from(header: str | None) -> str:
     """The client's id when it is safe to echo and log; a fresh one otherwise."""
     if header and _CLIENT_REQUEST_ID_RE.match(header):
         return header
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()  # as unique as uuid4().hex, without building a UUID object
 
 
 @dataclass(slots=True)

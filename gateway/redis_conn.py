@@ -109,6 +109,9 @@ def connect_redis(settings: Settings) -> Redis:
     common: dict[str, Any] = {
         "max_connections": settings.redis_max_connections,
         "socket_connect_timeout": settings.redis_timeout_s,
+        # Explicitly off: redis-py >= 8 defaults to 5 s, and its per-command timers cost more
+        # than everything else the gateway does with Redis.
+        "socket_timeout": None,
         # After Redis restarts, the pool still holds connections to the old process that look
         # open until used: one immediate retry on a fresh connection keeps each of them from
         # failing a request. Not on timeouts, whose command may well have run; a reply lost to a
