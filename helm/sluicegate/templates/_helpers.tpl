@@ -1,0 +1,231 @@
+{{/* Names and labels. Kubernetes names are at most 63 characters (Service names: DNS-1035). */}}
+{{- define "sluicegate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "sluicegate.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "<fullname>-<suffix>", shortened with a hash of the whole when it would pass 63 characters,
+so two long names never collide after truncation. Call with (list $ "suffix"). */}}
+{{- define "sluicegate.componentName" -}}
+{{- $root := index . 0 -}}
+{{- $full := printf "%s-%s" (include "sluicegate.fullname" $root) (index . 1) -}}
+{{- if le (len $full) 63 -}}
+{{- $full -}}
+{{- else -}}
+{{- printf "%s-%s" ($full | trunc 56 | trimSuffix "-") (sha256sum $full | trunc 6) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sluicegate.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "sluicegate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: sluicegate
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "sluicegate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sluicegate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "sluicegate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "sluicegate.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* repository:tag, refusing a missing or floating tag. Call with (list $ .Values.x.image). */}}
+{{- define "sluicegate.image" -}}
+{{- $root := index . 0 -}}
+{{- $image := index . 1 -}}
+{{- $tag := default $root.Chart.AppVersion ($image.tag | toString) -}}
+{{- if or (eq $tag "latest") (eq $tag "") -}}
+{{- fail (printf "image %s: pin a version tag (got %q): `latest` changes under you" $image.repository $tag) -}}
+{{- end -}}
+{{- printf "%s:%s" $image.repository $tag -}}
+{{- end -}}
+
+{{/* Secrets: the chart's own Secret holds whatever the user did not bring in a Secret of theirs. */}}
+{{- define "sluicegate.secretName" -}}
+{{- include "sluicegate.fullname" . -}}
+{{- end -}}
+
+{{- define "sluicegate.adminSecretName" -}}
+{{- default (include "sluicegate.secretName" .) .Values.auth.existingSecret -}}
+{{- end -}}
+
+{{- define "sluicegate.adminSecretKey" -}}
+{{- if .Values.auth.existingSecret -}}{{ .Values.auth.adminTokenKey }}{{- else -}}admin-token{{- end -}}
+{{- end -}}
+
+{{- define "sluicegate.redisName" -}}
+{{- include "sluicegate.componentName" (list . "redis") -}}
+{{- end -}}
+
+{{- define "sluicegate.redisPasswordSecretName" -}}
+{{- default (include "sluicegate.secretName" .) .Values.redis.auth.existingSecret -}}
+{{- end -}}
+
+{{- define "sluicegate.redisPasswordSecretKey" -}}
+{{- if .Values.redis.auth.existingSecret -}}{{ .Values.redis.auth.existingSecretPasswordKey }}{{- else -}}redis-password{{- end -}}
+{{- end -}}
+
+{{- define "sluicegate.redisUrlSecretName" -}}
+{{- default (include "sluicegate.secretName" .) .Values.redis.external.existingSecret -}}
+{{- end -}}
+
+{{- define "sluicegate.redisUrlSecretKey" -}}
+{{- if .Values.redis.external.existingSecret -}}{{ .Values.redis.external.existingSecretKey }}{{- else -}}redis-url{{- end -}}
+{{- end -}}
+
+{{/* Model names may hold characters no Kubernetes name allows (`org/model:tag`). A name that
+already is a DNS label is kept; any other becomes a lower-case slug plus a hash of the real
+name, so two names that slug alike ("Llama/3" and "llama-3") still get different objects. */}}
+{{- define "sluicegate.modelSlug" -}}
+{{- if and (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .) (le (len .) 40) -}}
+{{- . -}}
+{{- else -}}
+{{- $slug := regexReplaceAll "[^a-z0-9]+" (lower .) "-" | trimAll "-" | trunc 32 | trimSuffix "-" -}}
+{{- printf "%s-%s" (default "model" $slug) (sha256sum . | trunc 6) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A label value is at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends; the annotation
+sluicegate.io/model always carries the real name. */}}
+{{- define "sluicegate.modelLabelValue" -}}
+{{- if and (regexMatch "^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" .) (le (len .) 63) -}}
+{{- . -}}
+{{- else -}}
+{{- include "sluicegate.modelSlug" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The models list with the worker defaults and the engine defaults merged under each entry,
+plus what templates derive from it: {"models": [ {..., "_slug", "_resourceName", "_labelValue",
+"_servedName"} ]}. Read with `include "sluicegate.models" . | fromJson`. */}}
+{{- define "sluicegate.models" -}}
+{{- $out := list -}}
+{{- range $i, $model := .Values.models -}}
+{{- $engine := $model.engine | default "" -}}
+{{- $merged := deepCopy $model -}}
+{{- if or (eq $engine "vllm") (eq $engine "reframr") -}}
+{{- $base := mergeOverwrite (deepCopy $.Values.workers) (deepCopy (index $.Values.engines $engine)) -}}
+{{- $merged = mergeOverwrite $base (deepCopy $model) -}}
+{{- end -}}
+{{- $name := $model.name | toString -}}
+{{- $slug := include "sluicegate.modelSlug" $name -}}
+{{- $_ := set $merged "_index" $i -}}
+{{- $_ := set $merged "_slug" $slug -}}
+{{- $_ := set $merged "_resourceName" (include "sluicegate.componentName" (list $ (printf "worker-%s" $slug))) -}}
+{{- $_ := set $merged "_labelValue" (include "sluicegate.modelLabelValue" $name) -}}
+{{- $_ := set $merged "_servedName" (default $name $model.upstream_model) -}}
+{{- $out = append $out $merged -}}
+{{- end -}}
+{{- toJson (dict "models" $out) -}}
+{{- end -}}
+
+{{/* The namespaces the gateway watches (and is granted get/list/watch in), as a JSON list. */}}
+{{- define "sluicegate.watchedNamespaces" -}}
+{{- $ns := list -}}
+{{- range .Values.models -}}
+{{- if ne .engine "external" -}}
+{{- $ns = append $ns $.Release.Namespace -}}
+{{- else if and .external .external.service -}}
+{{- $ns = append $ns (default $.Release.Namespace .external.namespace) -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.extraModels -}}
+{{- if .discovery -}}
+{{- $ns = append $ns (default $.Release.Namespace (dig "kubernetes" "namespace" "" .discovery)) -}}
+{{- end -}}
+{{- range (.pools | default list) -}}
+{{- if .discovery -}}
+{{- $ns = append $ns (default $.Release.Namespace (dig "kubernetes" "namespace" "" .discovery)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.gateway.discovery.autodiscovery -}}
+{{- $ns = append $ns .Release.Namespace -}}
+{{- end -}}
+{{- $ns = concat $ns .Values.gateway.discovery.namespaces -}}
+{{- toJson (uniq $ns) -}}
+{{- end -}}
+
+{{/* The model table the gateway loads (SLUICEGATE_CONFIG). */}}
+{{- define "sluicegate.modelTable" -}}
+{{- $entries := list -}}
+{{- range (include "sluicegate.models" . | fromJson).models -}}
+{{- $entry := dict "name" .name -}}
+{{- if .aliases }}{{ $_ := set $entry "aliases" .aliases }}{{ end -}}
+{{- if .upstream_model }}{{ $_ := set $entry "upstream_model" .upstream_model }}{{ end -}}
+{{- if eq .engine "external" -}}
+{{- $ext := .external | default dict -}}
+{{- if $ext.url -}}
+{{- $_ := set $entry "endpoints" (list (dict "url" $ext.url)) -}}
+{{- else -}}
+{{- $target := dict "service" $ext.service "namespace" (default $.Release.Namespace $ext.namespace) "port" (default "http" $ext.port) -}}
+{{- $_ := set $entry "discovery" (dict "kubernetes" $target) -}}
+{{- end -}}
+{{- else -}}
+{{- $target := dict "service" ._resourceName "namespace" $.Release.Namespace "port" "http" -}}
+{{- $_ := set $entry "discovery" (dict "kubernetes" $target) -}}
+{{- end -}}
+{{- if .fallbacks }}{{ $_ := set $entry "fallbacks" .fallbacks }}{{ end -}}
+{{- if .routing }}{{ $_ := set $entry "routing" .routing }}{{ end -}}
+{{- if .health }}{{ $_ := set $entry "health" .health }}{{ end -}}
+{{- if .timeouts }}{{ $_ := set $entry "timeouts" .timeouts }}{{ end -}}
+{{- $entries = append $entries $entry -}}
+{{- end -}}
+{{- $entries = concat $entries .Values.extraModels -}}
+{{- /* concat of two empty lists is nil, which toYaml writes as null, not a list. */ -}}
+{{- if $entries -}}
+{{- toYaml (dict "models" $entries) -}}
+{{- else -}}
+models: []
+{{- end -}}
+{{- end -}}
+
+{{/* The longest stream any model allows (timeouts.total, 600 s by default), in whole seconds. */}}
+{{- define "sluicegate.longestStream" -}}
+{{- $longest := 600 -}}
+{{- $all := concat .Values.models .Values.extraModels -}}
+{{- $first := true -}}
+{{- range $all -}}
+{{- $total := 600 -}}
+{{- if and .timeouts (hasKey .timeouts "total") -}}{{- $total = .timeouts.total -}}{{- end -}}
+{{- if $first -}}{{- $longest = $total -}}{{- $first = false -}}{{- else if gt (float64 $total) (float64 $longest) -}}{{- $longest = $total -}}{{- end -}}
+{{- end -}}
+{{- ceil (float64 $longest) | int -}}
+{{- end -}}
+
+{{- define "sluicegate.gatewayGracePeriod" -}}
+{{- if kindIs "invalid" .Values.gateway.terminationGracePeriodSeconds -}}
+{{- add (include "sluicegate.longestStream" . | int) .Values.gateway.preStopSleepSeconds 30 -}}
+{{- else -}}
+{{- .Values.gateway.terminationGracePeriodSeconds -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sluicegate.preStop" -}}
+preStop:
+  exec:
+    command: ["sleep", "{{ . }}"]
+{{- end -}}

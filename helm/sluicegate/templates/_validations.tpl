@@ -1,0 +1,127 @@
+{{/* Contradictory or missing values fail rendering with a message that names the key and says
+what to do, before anything reaches the cluster. Rendered from validations.yaml. */}}
+{{- define "sluicegate.validate" -}}
+{{- $errors := list -}}
+{{- $v := .Values -}}
+
+{{- /* Redis */ -}}
+{{- if $v.redis.enabled -}}
+{{- if or $v.redis.external.url $v.redis.external.existingSecret -}}
+{{- $errors = append $errors "redis.external.* is set while redis.enabled=true: set redis.enabled=false to use your own Redis, or remove redis.external" -}}
+{{- end -}}
+{{- else -}}
+{{- if and (not $v.redis.external.url) (not $v.redis.external.existingSecret) -}}
+{{- $errors = append $errors "redis.enabled=false needs redis.external.url or redis.external.existingSecret (a Secret holding the whole redis:// URL)" -}}
+{{- end -}}
+{{- if and $v.redis.external.url $v.redis.external.existingSecret -}}
+{{- $errors = append $errors "redis.external.url and redis.external.existingSecret are both set: give one" -}}
+{{- end -}}
+{{- if and $v.redis.external.url (not (regexMatch "^(redis|rediss|redis\\+sentinel)://" $v.redis.external.url)) -}}
+{{- $errors = append $errors "redis.external.url must start with redis://, rediss:// or redis+sentinel://" -}}
+{{- end -}}
+{{- end -}}
+{{- if and $v.redis.auth.existingSecret $v.redis.auth.password -}}
+{{- $errors = append $errors "redis.auth.password and redis.auth.existingSecret are both set: give one" -}}
+{{- end -}}
+{{- if and $v.auth.existingSecret $v.auth.adminToken -}}
+{{- $errors = append $errors "auth.adminToken and auth.existingSecret are both set: give one" -}}
+{{- end -}}
+
+{{- /* Gateway replicas, autoscaling, disruption budget, grace period */ -}}
+{{- $pdb := $v.gateway.pdb -}}
+{{- $minReplicas := ternary $v.gateway.autoscaling.minReplicas $v.gateway.replicas $v.gateway.autoscaling.enabled | int -}}
+{{- if and $v.gateway.autoscaling.enabled (gt (int $v.gateway.autoscaling.minReplicas) (int $v.gateway.autoscaling.maxReplicas)) -}}
+{{- $errors = append $errors (printf "gateway.autoscaling.minReplicas (%v) is above gateway.autoscaling.maxReplicas (%v)" $v.gateway.autoscaling.minReplicas $v.gateway.autoscaling.maxReplicas) -}}
+{{- end -}}
+{{- if $pdb.enabled -}}
+{{- if and (not (kindIs "invalid" $pdb.minAvailable)) (not (kindIs "invalid" $pdb.maxUnavailable)) -}}
+{{- $errors = append $errors "gateway.pdb: set minAvailable or maxUnavailable, not both (set the other to null)" -}}
+{{- else if and (not (kindIs "invalid" $pdb.minAvailable)) (not (kindIs "string" $pdb.minAvailable)) (ge (int $pdb.minAvailable) $minReplicas) -}}
+{{- $errors = append $errors (printf "gateway.pdb.minAvailable (%v) must be below the gateway's %s (%d), or no node could ever be drained" $pdb.minAvailable (ternary "autoscaling.minReplicas" "replicas" $v.gateway.autoscaling.enabled) $minReplicas) -}}
+{{- end -}}
+{{- end -}}
+{{- $longest := include "sluicegate.longestStream" . | int -}}
+{{- if not (kindIs "invalid" $v.gateway.terminationGracePeriodSeconds) -}}
+{{- $needed := add $longest $v.gateway.preStopSleepSeconds -}}
+{{- if le (int $v.gateway.terminationGracePeriodSeconds) (int $needed) -}}
+{{- $errors = append $errors (printf "gateway.terminationGracePeriodSeconds (%v) must exceed the longest allowed stream (timeouts.total: %ds) plus gateway.preStopSleepSeconds (%vs), or rolling updates cut streams; leave it empty to compute it" $v.gateway.terminationGracePeriodSeconds $longest $v.gateway.preStopSleepSeconds) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $v.gateway.discovery.autodiscovery (not $v.serviceAccount.create) (not $v.serviceAccount.name) -}}
+{{- $errors = append $errors "gateway.discovery.autodiscovery needs a ServiceAccount: set serviceAccount.create=true or serviceAccount.name" -}}
+{{- end -}}
+
+{{- /* Models */ -}}
+{{- $seen := dict -}}
+{{- $all := concat $v.models $v.extraModels -}}
+{{- range $i, $m := $all -}}
+{{- $where := ternary (printf "models[%d]" $i) (printf "extraModels[%d]" (sub $i (len $v.models))) (lt $i (len $v.models)) -}}
+{{- if not $m.name -}}
+{{- $errors = append $errors (printf "%s: name is required" $where) -}}
+{{- else -}}
+{{- range $n := prepend ($m.aliases | default list) $m.name -}}
+{{- if hasKey $seen (toString $n) -}}
+{{- $errors = append $errors (printf "%s: the model name %q is already used by %s (names and aliases must be unique)" $where $n (get $seen (toString $n))) -}}
+{{- else -}}
+{{- $_ := set $seen (toString $n) $where -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $i, $m := $all -}}
+{{- $where := ternary (printf "models[%d]" $i) (printf "extraModels[%d]" (sub $i (len $v.models))) (lt $i (len $v.models)) -}}
+{{- range $m.fallbacks -}}
+{{- if not (hasKey $seen (toString .)) -}}
+{{- $errors = append $errors (printf "%s (%s): fallback %q is not a model of this release" $where $m.name .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $slugs := dict -}}
+{{- range $m := (include "sluicegate.models" . | fromJson).models -}}
+{{- $where := printf "models[%d] (%s)" (int $m._index) $m.name -}}
+{{- if hasKey $slugs $m._resourceName -}}
+{{- $errors = append $errors (printf "%s: its object name %s is also another model's; rename one" $where $m._resourceName) -}}
+{{- end -}}
+{{- $_ := set $slugs $m._resourceName true -}}
+{{- if eq $m.engine "vllm" -}}
+{{- if not (and $m.vllm $m.vllm.model) -}}
+{{- $errors = append $errors (printf "%s: engine vllm needs vllm.model (a Hugging Face id such as Qwen/Qwen2.5-7B-Instruct, or a path in the cache volume)" $where) -}}
+{{- end -}}
+{{- if lt (int $m.gpus) 1 -}}
+{{- $errors = append $errors (printf "%s: engine vllm runs the CUDA image and needs gpus >= 1 (got %v)" $where $m.gpus) -}}
+{{- end -}}
+{{- if and (eq $m.cache.type "existingClaim") (not $m.cache.existingClaim) -}}
+{{- $errors = append $errors (printf "%s: cache.type existingClaim needs cache.existingClaim" $where) -}}
+{{- end -}}
+{{- $maxReplicas := ternary (dig "maxReplicas" $v.keda.defaults.maxReplicas ($m.keda | default dict)) $m.replicas (and $m.keda $m.keda.enabled | default false) -}}
+{{- if and (eq $m.cache.type "pvc") (has "ReadWriteOnce" $m.cache.accessModes) (not (has "ReadWriteMany" $m.cache.accessModes)) (gt (int $maxReplicas) 1) -}}
+{{- $errors = append $errors (printf "%s: a ReadWriteOnce cache PVC cannot be shared by %v replicas on different nodes: use cache.accessModes [ReadWriteMany], or cache.type emptyDir" $where $maxReplicas) -}}
+{{- end -}}
+{{- else if eq $m.engine "reframr" -}}
+{{- if and (eq $m.mode "runtime") (eq $m.modelVolume.type "existingClaim") (not $m.modelVolume.existingClaim) -}}
+{{- $errors = append $errors (printf "%s: engine reframr (mode runtime) needs modelVolume.existingClaim: a PVC holding a checkout of the Reframr model repository (or modelVolume.type pvc, or mode test)" $where) -}}
+{{- end -}}
+{{- else if eq $m.engine "external" -}}
+{{- $ext := $m.external | default dict -}}
+{{- if eq (len (compact (list ($ext.url | default "") ($ext.service | default "")))) 1 | not -}}
+{{- $errors = append $errors (printf "%s: engine external needs exactly one of external.url (a worker's base URL) or external.service (a Service of existing workers)" $where) -}}
+{{- end -}}
+{{- if and $m.keda $m.keda.enabled -}}
+{{- $errors = append $errors (printf "%s: keda is for workers this chart runs, not engine external" $where) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $m.keda $m.keda.enabled (ne $m.engine "external") -}}
+{{- $keda := mergeOverwrite (deepCopy $v.keda.defaults) (deepCopy $m.keda) -}}
+{{- if not $v.keda.prometheus.serverAddress -}}
+{{- $errors = append $errors (printf "%s: keda.enabled needs keda.prometheus.serverAddress (the Prometheus that scrapes the workers)" $where) -}}
+{{- end -}}
+{{- if gt (int $keda.minReplicas) (int $keda.maxReplicas) -}}
+{{- $errors = append $errors (printf "%s: keda.minReplicas (%v) is above keda.maxReplicas (%v)" $where $keda.minReplicas $keda.maxReplicas) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- if $errors -}}
+{{- fail (printf "\n\nsluicegate: invalid values:\n  - %s\n" (join "\n  - " $errors)) -}}
+{{- end -}}
+{{- end -}}

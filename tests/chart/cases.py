@@ -1,0 +1,95 @@
+"""The values sets every render test runs over: the defaults, the shipped examples, and edge cases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.chart.conftest import EXAMPLES
+
+PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
+
+ODD_NAMES: dict[str, Any] = {
+    "models": [
+        {
+            # Slashes, colons and upper case: no Kubernetes name or label value can hold it.
+            "name": "meta-llama/Llama-3.1-8B-Instruct:fp8",
+            "engine": "vllm",
+            "aliases": ["llama"],
+            "vllm": {"model": "meta-llama/Llama-3.1-8B-Instruct", "toolCallParser": "llama3_json"},
+            "fallbacks": ["remote-model"],
+        },
+        {"name": "remote-model", "engine": "external", "external": {"url": "http://10.0.0.5:8000"}},
+        {
+            "name": "shared-model",
+            "engine": "external",
+            "external": {"service": "shared-llm", "namespace": "shared-llm", "port": "http"},
+        },
+    ],
+    "extraModels": [
+        {
+            "name": "canary-model",
+            "pools": [
+                {"name": "stable", "weight": 90, "discovery": {"kubernetes": {"service": "llama-stable"}}},
+                {
+                    "name": "canary",
+                    "weight": 10,
+                    "discovery": {"kubernetes": {"namespace": "canary", "service": "llama-canary"}},
+                },
+            ],
+        }
+    ],
+    "gateway": {"discovery": {"namespaces": ["extra-ns"]}},
+}
+
+KEDA: dict[str, Any] = {
+    "keda": {"prometheus": {"serverAddress": PROMETHEUS}},
+    "models": [
+        {
+            "name": "qwen",
+            "engine": "vllm",
+            "vllm": {"model": "Qwen/Qwen2.5-7B-Instruct"},
+            "keda": {"enabled": True, "minReplicas": 1, "maxReplicas": 3},
+        },
+        {
+            "name": "reframr",
+            "engine": "reframr",
+            "mode": "test",
+            "keda": {"enabled": True, "metric": "gatewayQueue", "threshold": 2},
+        },
+    ],
+}
+
+# name -> (values files, values)
+CASES: dict[str, tuple[tuple[Path, ...], dict[str, Any] | None]] = {
+    "default": ((), None),
+    "gpu-cluster": ((EXAMPLES / "gpu-cluster.yaml",), None),
+    "cpu-dev": ((EXAMPLES / "cpu-dev.yaml",), None),
+    "external-redis-url": (
+        (),
+        {"redis": {"enabled": False, "external": {"url": "rediss://:s3cret@redis.example.com:6380/0"}}},
+    ),
+    "external-redis-secret": (
+        (),
+        {"redis": {"enabled": False, "external": {"existingSecret": "managed-redis"}}},
+    ),
+    "existing-secrets": (
+        (),
+        {
+            "auth": {"existingSecret": "my-admin"},
+            "redis": {"auth": {"existingSecret": "my-redis", "existingSecretPasswordKey": "pw"}},
+        },
+    ),
+    "redis-no-auth-no-persistence": (
+        (),
+        {"redis": {"auth": {"enabled": False}, "persistence": {"enabled": False}}},
+    ),
+    "no-workers": ((), {"models": []}),
+    "monitoring": (
+        (),
+        {"monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}},
+    ),
+    "autoscaling": ((), {"gateway": {"autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 6}}}),
+    "keda": ((), KEDA),
+    "odd-names": ((), ODD_NAMES),
+}

@@ -1,0 +1,90 @@
+"""deploy/: no Docker engine runs here, so the Dockerfiles and the compose file are checked
+statically: pinned bases, a non-root user, and references to files and commands that exist."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gateway.config import parse_model_table
+from tests.chart.conftest import ROOT
+
+DOCKER = ROOT / "deploy" / "docker"
+COMPOSE = ROOT / "deploy" / "compose" / "compose.yaml"
+PINNED = re.compile(r"^[\w./-]+:\d+\.\d+\.\d+[-\w.]*(@sha256:[0-9a-f]{64})?$")
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", path.read_text())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return [(line.split(maxsplit=1)[0].upper(), line.split(maxsplit=1)[1]) for line in lines]
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "python"), [("gateway.Dockerfile", "3.12"), ("reframr.Dockerfile", "3.13")]
+)
+def test_dockerfile_is_multistage_pinned_and_non_root(dockerfile: str, python: str) -> None:
+    steps = instructions(DOCKER / dockerfile)
+    bases = [args.split()[0] for op, args in steps if op == "FROM"]
+    assert len(bases) >= 2, "multi-stage: build tools stay out of the runtime image"
+    for base in bases:
+        assert PINNED.match(base), f"{base}: pin a full version"
+        assert base.startswith(f"python:{python}."), base
+    users = [args for op, args in steps if op == "USER"]
+    assert users
+    assert users[-1].split(":")[0] not in {"0", "root"}
+    # Numeric, so that Kubernetes' runAsNonRoot can check it.
+    assert users[-1].split(":")[0].isdigit()
+    for op, args in steps:
+        if op == "COPY" and "--from" not in args:
+            for source in shlex.split(args)[:-1]:
+                assert (ROOT / source).exists(), f"COPY {source}: no such path in the repository"
+    assert (DOCKER / f"{dockerfile}.dockerignore").exists()
+
+
+def test_chart_runs_the_users_of_the_images() -> None:
+    values = yaml.safe_load((ROOT / "helm" / "sluicegate" / "values.yaml").read_text())
+    assert values["gateway"]["podSecurityContext"]["runAsUser"] == 10001
+    assert values["engines"]["reframr"]["podSecurityContext"]["runAsUser"] == 10001
+
+
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return loaded
+
+
+def test_compose_runs_redis_a_fake_worker_and_the_gateway() -> None:
+    services = compose()["services"]
+    assert set(services) == {"redis", "worker", "gateway"}
+    for name, service in services.items():
+        image = service["image"]
+        assert PINNED.match(image) or re.match(r"^sluicegate:\d+\.\d+\.\d+$", image), f"{name}: {image}"
+        if "build" in service:
+            assert (COMPOSE.parent / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
+        assert "healthcheck" in service, name
+    assert services["worker"]["command"][:3] == ["python", "-m", "workers.fake"]
+    assert services["gateway"]["command"] == ["sluicegate", "serve"]
+    env = services["gateway"]["environment"]
+    assert env["SLUICEGATE_REDIS_URL"] == "redis://redis:6379/0"
+    assert services["gateway"]["depends_on"]["redis"]["condition"] == "service_healthy"
+
+
+def test_compose_model_table_is_valid_and_reaches_the_worker() -> None:
+    gateway = compose()["services"]["gateway"]
+    mounts = {
+        target.split(":")[0]: source for source, target in (v.split(":", 1) for v in gateway["volumes"])
+    }
+    config = gateway["environment"]["SLUICEGATE_CONFIG"]
+    table_file = COMPOSE.parent / mounts[config]
+    table = parse_model_table(yaml.safe_load(table_file.read_text()))
+    worker = compose()["services"]["worker"]["command"]
+    port = worker[worker.index("--port") + 1]
+    served = {worker[i + 1] for i, arg in enumerate(worker) if arg == "--model"}
+    for model in table.models:
+        assert model.name in served
+        assert all(url == f"http://worker:{port}" for url in model.endpoints)

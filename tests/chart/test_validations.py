@@ -1,0 +1,142 @@
+"""Bad values fail `helm template` with a message that names the key and the way out: the schema
+for types and enums, templates/_validations.tpl for contradictions between keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.chart.cases import PROMETHEUS
+from tests.chart.conftest import Renderer
+
+VLLM: dict[str, Any] = {"name": "m", "engine": "vllm", "vllm": {"model": "org/m"}}
+
+BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
+    "redis off without a url": (
+        {"redis": {"enabled": False}},
+        "redis.enabled=false needs redis.external.url or redis.external.existingSecret",
+    ),
+    "bundled and external redis": (
+        {"redis": {"external": {"url": "redis://elsewhere:6379/0"}}},
+        "redis.external.* is set while redis.enabled=true",
+    ),
+    "two external redis sources": (
+        {"redis": {"enabled": False, "external": {"url": "redis://r:6379/0", "existingSecret": "s"}}},
+        "redis.external.url and redis.external.existingSecret are both set",
+    ),
+    "external redis url scheme": (
+        {"redis": {"enabled": False, "external": {"url": "http://r:6379"}}},
+        "redis.external.url must start with redis://, rediss:// or redis+sentinel://",
+    ),
+    "vllm without a model id": (
+        {"models": [{"name": "m", "engine": "vllm"}]},
+        "models[0] (m): engine vllm needs vllm.model",
+    ),
+    "vllm without a gpu": (
+        {"models": [{**VLLM, "gpus": 0}]},
+        "models[0] (m): engine vllm runs the CUDA image and needs gpus >= 1",
+    ),
+    "duplicate model names": (
+        {"models": [VLLM, {**VLLM, "engine": "external", "external": {"url": "http://w:8000"}}]},
+        'models[1]: the model name "m" is already used by models[0]',
+    ),
+    "alias taken by another model": (
+        {
+            "models": [VLLM],
+            "extraModels": [{"name": "x", "aliases": ["m"], "endpoints": [{"url": "http://w"}]}],
+        },
+        'extraModels[0]: the model name "m" is already used by models[0]',
+    ),
+    "unknown fallback": (
+        {"models": [{**VLLM, "fallbacks": ["nope"]}]},
+        'models[0] (m): fallback "nope" is not a model of this release',
+    ),
+    "external with neither url nor service": (
+        {"models": [{"name": "m", "engine": "external"}]},
+        "models[0] (m): engine external needs exactly one of external.url",
+    ),
+    "external with both url and service": (
+        {
+            "models": [
+                {"name": "m", "engine": "external", "external": {"url": "http://w:8000", "service": "w"}}
+            ]
+        },
+        "models[0] (m): engine external needs exactly one of external.url",
+    ),
+    "reframr without weights": (
+        {"models": [{"name": "r", "engine": "reframr"}]},
+        "models[0] (r): engine reframr (mode runtime) needs modelVolume.existingClaim",
+    ),
+    "shared ReadWriteOnce cache": (
+        {"models": [{**VLLM, "replicas": 2, "cache": {"type": "pvc"}}]},
+        "models[0] (m): a ReadWriteOnce cache PVC cannot be shared by 2 replicas",
+    ),
+    "keda without prometheus": (
+        {"models": [{**VLLM, "keda": {"enabled": True}}]},
+        "models[0] (m): keda.enabled needs keda.prometheus.serverAddress",
+    ),
+    "keda min above max": (
+        {
+            "keda": {"prometheus": {"serverAddress": PROMETHEUS}},
+            "models": [{**VLLM, "keda": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}}],
+        },
+        "models[0] (m): keda.minReplicas (5) is above keda.maxReplicas (2)",
+    ),
+    "hpa min above max": (
+        {"gateway": {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 3}}},
+        "gateway.autoscaling.minReplicas (5) is above gateway.autoscaling.maxReplicas (3)",
+    ),
+    "pdb blocks every drain": (
+        {"gateway": {"replicas": 1}},
+        "gateway.pdb.minAvailable (1) must be below the gateway's replicas (1)",
+    ),
+    "pdb blocks every drain under autoscaling": (
+        {"gateway": {"autoscaling": {"enabled": True, "minReplicas": 1}}},
+        "gateway.pdb.minAvailable (1) must be below the gateway's autoscaling.minReplicas (1)",
+    ),
+    "pdb with both bounds": (
+        {"gateway": {"pdb": {"maxUnavailable": 1}}},
+        "gateway.pdb: set minAvailable or maxUnavailable, not both",
+    ),
+    "grace period shorter than a stream": (
+        {"gateway": {"terminationGracePeriodSeconds": 300}},
+        "gateway.terminationGracePeriodSeconds (300) must exceed the longest allowed stream "
+        "(timeouts.total: 600s)",
+    ),
+    "admin token given twice": (
+        {"auth": {"existingSecret": "s", "adminToken": "t"}},
+        "auth.adminToken and auth.existingSecret are both set",
+    ),
+    "floating image tag": (
+        {"gateway": {"image": {"tag": "latest"}}},
+        "at '/gateway/image/tag'",
+    ),
+    "replicas as a word": (
+        {"gateway": {"replicas": "two"}},
+        "at '/gateway/replicas': got string, want integer",
+    ),
+    "unknown engine": (
+        {"models": [{"name": "m", "engine": "tgi"}]},
+        "at '/models/0/engine'",
+    ),
+    "misspelt key": ({"gateway": {"replica": 3}}, "additional properties 'replica' not allowed"),
+    "bad model name": (
+        {"models": [{**VLLM, "name": "has space"}]},
+        "at '/models/0/name'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VALUES))
+def test_bad_values_fail_with_a_clear_message(render: Renderer, case: str) -> None:
+    values, message = BAD_VALUES[case]
+    result = render(values=values)
+    assert not result.objects, f"{case}: rendered anyway"
+    assert message in result.error, result.error
+
+
+def test_every_problem_is_reported_at_once(render: Renderer) -> None:
+    result = render(values={"redis": {"enabled": False}, "models": [{"name": "m", "engine": "vllm"}]})
+    assert "redis.enabled=false needs" in result.error
+    assert "engine vllm needs vllm.model" in result.error
