@@ -79,22 +79,23 @@ class ProxyEndpoint:
         key = principal.key
         ctx.team, ctx.key_id = key.team, key.id
         call = parse_call(await read_body(request, services.settings.max_body_bytes), self.kind)
-        pool = services.router.resolve(call.model)
-        if pool is None:
+        requested = services.router.resolve(call.model)
+        if requested is None:
             raise GatewayError(
                 ErrorCode.MODEL_NOT_FOUND,
                 f"The model '{call.model}' does not exist.",
                 param="model",
             )
-        ctx.model = pool.model.name
-        if not key.may_use(pool.model.name):
+        model = requested.model
+        ctx.model = model.name
+        if not key.may_use(model.name):
             raise GatewayError(
                 ErrorCode.MODEL_NOT_ALLOWED,
                 f"This API key may not use the model '{call.model}'.",
                 param="model",
             )
         limits = ratelimit.plan(
-            key.team, principal.team_limits, key.id, key.limits, pool.model.name, dt.datetime.now(dt.UTC)
+            key.team, principal.team_limits, key.id, key.limits, model.name, dt.datetime.now(dt.UTC)
         )
         reservation = call.reservation(services.settings.default_max_tokens)
         admission = await services.limiter.admit(limits, ctx.request_id, reservation)
@@ -104,11 +105,12 @@ class ProxyEndpoint:
         return await forward.relay(
             services,
             ctx,
-            pool,
+            requested,
             call,
             worker_headers(request, ctx.request_id),
             admission,
             request.receive,
+            share_weight=principal.team_limits.share_weight,
         )
 
 
@@ -117,8 +119,8 @@ async def list_models(request: Request) -> Response:
     key = (await services.auth.authenticate(request.headers)).key
     RequestContext.of(request).team = key.team
     data: list[dict[str, object]] = []
-    for pool in services.router.pools():
-        model = pool.model
+    for route in services.router.models():
+        model = route.model
         if not key.may_use(model.name):
             continue
         for name in (model.name, *model.aliases):

@@ -24,9 +24,11 @@ from starlette.routing import Route
 
 from gateway import api, calls
 from gateway.admin import admin_routes
+from gateway.admin_models import admin_model_routes
 from gateway.auth import Authenticator
 from gateway.breaker import RedisBreaker
 from gateway.config import ModelTable, Settings
+from gateway.discovery.kubernetes import start_discovery
 from gateway.errors import ErrorCode, GatewayError, from_http_status
 from gateway.keystore import KeyStore
 from gateway.metering import Meter
@@ -34,7 +36,9 @@ from gateway.metrics import Metrics
 from gateway.middleware import RequestContextMiddleware
 from gateway.ratelimit import RateLimiter
 from gateway.redis_conn import connect_redis
-from gateway.routing.pool import Router
+from gateway.redis_health import watch_redis
+from gateway.routing.monitor import Monitor
+from gateway.routing.router import Router
 from gateway.services import Services
 from gateway.spool import Spool
 from gateway.upstream import Upstream, new_session
@@ -63,6 +67,19 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
     return GatewayError(ErrorCode.INTERNAL_ERROR, "Internal error in the gateway.").response()
 
 
+def _endpoints_check(router: Router, settings: Settings) -> str:
+    """Ready when some model has a healthy endpoint, or when pools come from discovery: an empty
+    discovered pool is the cluster's state (workers scaled to zero, still starting), and a gateway
+    taken out of its Service for it would answer nobody, not even the 503 that tells a client to
+    retry, nor queue the requests an autoscaler scales the workers up on. Only a gateway whose
+    static endpoints are all down or ejected is not ready: another replica may still reach them."""
+    if router.has_healthy_endpoint():
+        return "ok"
+    if router.has_discovered_pools() or settings.kubernetes_autodiscovery:
+        return "ok"
+    return "no healthy endpoint"
+
+
 def create_app(
     settings: Settings,
     table: ModelTable,
@@ -71,7 +88,7 @@ def create_app(
     rng: random.Random | None = None,
 ) -> Starlette:
     metrics = Metrics(registry)
-    router = Router(table, rng=rng)
+    router = Router(table, metrics, rng=rng)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Services]]:
@@ -103,12 +120,24 @@ def create_app(
             upstream=Upstream(session, router, metrics),
         )
         invalidations = asyncio.ensure_future(services.auth.follow_invalidations(redis))
+        # Confirms discovered endpoints, probes /health, scrapes load: stopped before the session.
+        monitor = Monitor(router, session)
+        monitor.start()
+        # Pools from Kubernetes fill in the background; None when the table names no Service.
+        discovery = await start_discovery(settings, table, router)
+        redis_watch = asyncio.ensure_future(
+            watch_redis(redis, metrics.redis_up, timeout_s=settings.redis_timeout_s)
+        )
         try:
             yield {"services": services}
         finally:
-            invalidations.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await invalidations
+            if discovery is not None:
+                await discovery.stop()
+            await monitor.stop()
+            for task in (invalidations, redis_watch):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await meter.stop(spool)
             await session.close()
             await redis.aclose(close_connection_pool=True)
@@ -128,7 +157,7 @@ def create_app(
             checks["redis"] = "ok"
         except (RedisError, TimeoutError) as exc:
             checks["redis"] = f"unreachable ({type(exc).__name__})"
-        checks["endpoints"] = "ok" if router.has_endpoints() else "none configured"
+        checks["endpoints"] = _endpoints_check(router, settings)
         ready = all(v == "ok" for v in checks.values())
         return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
@@ -138,6 +167,7 @@ def create_app(
         Route("/v1/embeddings", api.ProxyEndpoint(calls.EMBEDDINGS), methods=["POST"]),
         Route("/v1/models", api.list_models, methods=["GET"]),
         *admin_routes(),
+        *admin_model_routes(),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),

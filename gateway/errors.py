@@ -12,7 +12,9 @@
         429 rate_limit_exceeded, insufficient_quota (a token budget is spent)
         500 internal_error            (a bug: logged, never a client's fault)
         502 upstream_error            (the worker failed or answered garbage)
-        503 no_healthy_upstream, redis_unavailable
+        503 no_healthy_upstream, redis_unavailable,
+            pool_saturated (every worker busy and the pool's queue full),
+            queue_timeout (every worker stayed busy for the pool's max_queue_wait)
         504 upstream_timeout
 
 Every response body is `{"error": {"message", "type", "param", "code"}}`. Messages never contain
@@ -54,6 +56,8 @@ class ErrorCode(enum.Enum):
     UPSTREAM_ERROR = ("upstream_error", 502, "upstream_error")
     NO_HEALTHY_UPSTREAM = ("no_healthy_upstream", 503, "upstream_error")
     REDIS_UNAVAILABLE = ("redis_unavailable", 503, "server_error")
+    POOL_SATURATED = ("pool_saturated", 503, "upstream_error")
+    QUEUE_TIMEOUT = ("queue_timeout", 503, "upstream_error")
     UPSTREAM_TIMEOUT = ("upstream_timeout", 504, "upstream_error")
 
 

@@ -1,10 +1,17 @@
-"""The route and relay steps: send the call to a worker of its pool and hand the client either a
-live stream or the whole answer. Leaving before the worker answers cancels the worker call."""
+"""The route and relay steps: send the call to a worker of its model's pools (or of a fallback
+model) and hand the client either a live stream or the whole answer. Leaving before the worker
+answers, or while waiting in a saturated pool's queue, cancels the worker call or the wait.
+
+The body a worker gets names the wire model of the pool actually used (the pool's
+`upstream_model`, else the model's, else its name). The answer's `model` field is rewritten to
+the name the client asked for, or, when a fallback model answered, to that model's name; the
+`x-sluicegate-model` header always names the model that answered."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive
@@ -25,74 +32,103 @@ from gateway.relay import (
 )
 from gateway.routing.policy import RouteRequest
 from gateway.routing.pool import Pool
+from gateway.routing.router import ModelRoute
 from gateway.services import Services
 from gateway.upstream import UpstreamResponse
 
 _MAX_ANSWER_BYTES = 64 * 1024 * 1024
 # nginx's code for "client closed the request": only ever seen in our own logs and metrics.
 CLIENT_CLOSED = 499
+# Names the model that answered: the one asked for, or the fallback that stood in for it.
+MODEL_HEADER = "x-sluicegate-model"
+SESSION_HEADER = "x-session-id"
 
 
-def _rewrite_for(pool: Pool, call: Call) -> ModelRewrite | None:
-    model = pool.model
-    if model.upstream_model:
-        return ModelRewrite(model.upstream_model, call.model)
-    if call.model != model.name:
-        return ModelRewrite(model.name, call.model)  # an alias: answer with the name asked for
-    return None
+def _answer_name(requested: ModelRoute, pool: Pool, call: Call) -> str:
+    """The model name the client sees in the answer: the name it asked for (an alias stays an
+    alias), or, when a fallback model answered, that model's name, so a client can tell."""
+    return call.model if pool.model is requested.model else pool.model.name
+
+
+def _rewrite_for(pool: Pool, answer_name: str) -> ModelRewrite | None:
+    return None if pool.wire_model == answer_name else ModelRewrite(pool.wire_model, answer_name)
+
+
+def _body_for(call: Call) -> Callable[[Pool], bytes]:
+    def body(pool: Pool) -> bytes:
+        if not call.stream and call.model == pool.wire_model:
+            return call.raw
+        return call.upstream_body(pool.body_model)
+
+    return body
 
 
 async def _fetch(
     services: Services,
-    pool: Pool,
+    requested: ModelRoute,
     call: Call,
     headers: dict[str, str],
-    rewrite: ModelRewrite | None,
+    route: RouteRequest,
     head_deadline: float,
-) -> UpstreamResponse | WholeAnswer:
+) -> tuple[UpstreamResponse | WholeAnswer, Pool, ModelRewrite | None]:
     upstream = await services.upstream.open(
-        pool,
+        services.router.plan(requested),
         call.kind.path,
-        call.upstream_body(pool.model),
+        _body_for(call),
         headers,
-        RouteRequest(model=pool.model.name, user=call.user),
+        route,
         head_deadline=head_deadline,
+        stream=call.stream,
     )
+    pool = upstream.pool
+    rewrite = _rewrite_for(pool, _answer_name(requested, pool, call))
     response = upstream.response
     if call.stream and response.status == 200 and response.content_type == "text/event-stream":
-        return upstream  # the stream relay releases it
+        return upstream, pool, rewrite  # the stream relay releases it
     # A stream request the worker refused answers with a small JSON error body.
     loop = asyncio.get_running_loop()
     deadline = loop.time() + pool.model.timeouts.idle if call.stream else head_deadline
     try:
-        return await read_whole(upstream, deadline=deadline, max_bytes=_MAX_ANSWER_BYTES, rewrite=rewrite)
+        answer = await read_whole(upstream, deadline=deadline, max_bytes=_MAX_ANSWER_BYTES, rewrite=rewrite)
     except GatewayError as err:
         services.metrics.upstream_errors.labels(pool.model.name, err.code.wire_code).inc()
         raise
     finally:
         upstream.release()
+    return answer, pool, rewrite
 
 
 async def relay(
     services: Services,
     ctx: RequestContext,
-    pool: Pool,
+    requested: ModelRoute,
     call: Call,
     headers: dict[str, str],
     admission: Admission,
     receive: Receive,
+    *,
+    share_weight: int = 1,
 ) -> ASGIApp:
-    model = pool.model
+    """Limits and metering stay with the model the client asked for (admission already
+    happened); a fallback model only changes who answers, named in `x-sluicegate-model`."""
+    model = requested.model
     timeouts = model.timeouts
     head_deadline = asyncio.get_running_loop().time() + (
         timeouts.first_token if call.stream else timeouts.total
     )
-    rewrite = _rewrite_for(pool, call)
+    route = RouteRequest(
+        model=model.name,
+        user=call.user,
+        session_id=headers.get(SESSION_HEADER),
+        team=ctx.team or "",
+        share_weight=share_weight,
+    )
     inflight = services.metrics.inflight.labels(model.name)
     inflight.inc()
     try:
+        # The queue wait for a saturated pool is inside: a client that leaves stops waiting.
         answered, fetched = await unless_client_leaves(
-            _fetch(services, pool, call, headers, rewrite, head_deadline), receive
+            _fetch(services, requested, call, headers, route, head_deadline), receive
         )
     except GatewayError:
         inflight.dec()
@@ -104,10 +140,15 @@ async def relay(
             services, ctx, admission, prompt=call.estimated_prompt_tokens(), completion=0, disconnected=True
         )
         return Response(status_code=CLIENT_CLOSED)
-    if isinstance(fetched, UpstreamResponse):
+    answer, pool, rewrite = fetched
+    answered_by = {MODEL_HEADER: pool.model.name}
+    if isinstance(answer, UpstreamResponse):
         return StreamRelay(
-            fetched,
-            headers=[*STREAM_HEADERS, *((k.encode(), v.encode()) for k, v in admission.headers().items())],
+            answer,
+            headers=[
+                *STREAM_HEADERS,
+                *((k.encode(), v.encode()) for k, v in {**admission.headers(), **answered_by}.items()),
+            ],
             client_wants_usage=call.wants_usage,
             rewrite=rewrite,
             first_token_deadline=head_deadline,
@@ -115,7 +156,7 @@ async def relay(
             on_done=functools.partial(_stream_done, services, ctx, admission, call.estimated_prompt_tokens()),
         )
     inflight.dec()
-    return _whole_answer(services, ctx, admission, fetched)
+    return _whole_answer(services, ctx, admission, answer, answered_by)
 
 
 async def _stream_done(
@@ -130,7 +171,11 @@ async def _stream_done(
 
 
 def _whole_answer(
-    services: Services, ctx: RequestContext, admission: Admission, answer: WholeAnswer
+    services: Services,
+    ctx: RequestContext,
+    admission: Admission,
+    answer: WholeAnswer,
+    answered_by: dict[str, str],
 ) -> Response:
     failure = answer.failure(ctx.model)
     if failure is not None:
@@ -144,6 +189,6 @@ def _whole_answer(
     return Response(
         answer.body,
         status_code=answer.status,
-        headers={**admission.headers(), **answer.forwarded_headers},
+        headers={**admission.headers(), **answer.forwarded_headers, **answered_by},
         media_type=answer.content_type,
     )

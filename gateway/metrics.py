@@ -1,7 +1,8 @@
 """Prometheus metrics, one registry per app (so tests and several apps in one process never mix).
 
 Labels stay low-cardinality: model (a configured name, never a client's arbitrary string), team,
-status code, reason. Never a key, key id or user: per-key usage lives in Redis metering.
+status code, reason, and for routing a pool name and an endpoint's address. Never a key, key id or
+user: per-key usage lives in Redis metering.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ _TPOT_BUCKETS = (
     1,
     2.5,
 )
+
+# A routing decision is microseconds; a queue wait is up to the pool's max_queue_wait.
+_DECISION_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2.5e-4, 1e-3)
+_QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 UNKNOWN_MODEL = "unknown"
 
@@ -105,5 +110,75 @@ class Metrics:
         self.metering_dropped = Counter(
             "sluicegate_metering_dropped_total",
             "Usage records dropped because the pending queue was full.",
+            registry=r,
+        )
+        self._routing_metrics(r)
+
+    def _routing_metrics(self, r: CollectorRegistry) -> None:
+        self.pool_healthy_endpoints = Gauge(
+            "sluicegate_pool_healthy_endpoints",
+            "Endpoints of the pool that take requests now (confirmed, not ejected, probe passing).",
+            ["pool"],
+            registry=r,
+        )
+        self.pool_endpoints = Gauge(
+            "sluicegate_pool_endpoints",
+            "Endpoints of the pool by state (pending, healthy, ejected, unhealthy).",
+            ["pool", "state"],
+            registry=r,
+        )
+        self.endpoint_ejections = Counter(
+            "sluicegate_endpoint_ejections_total",
+            "Times an endpoint was ejected after failures in a row (or after a failed trial request).",
+            ["pool", "endpoint"],
+            registry=r,
+        )
+        self.endpoint_inflight = Gauge(
+            "sluicegate_endpoint_inflight",
+            "Requests this replica has in flight on the endpoint.",
+            ["pool", "endpoint"],
+            registry=r,
+        )
+        self.upstream_retries = Counter(
+            "sluicegate_upstream_retries_total",
+            "Requests retried on another endpoint of the pool before anything reached the client.",
+            ["pool"],
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "sluicegate_fallbacks_total",
+            "Requests sent on to a fallback model because the model's pools had no healthy endpoint "
+            "or failed before the first byte.",
+            ["model", "fallback"],
+            registry=r,
+        )
+        self.routing_decision = Histogram(
+            "sluicegate_routing_decision_seconds",
+            "Time the routing policy took to pick an endpoint.",
+            buckets=_DECISION_BUCKETS,
+            registry=r,
+        )
+        self.pool_queue_depth = Gauge(
+            "sluicegate_pool_queue_depth",
+            "Requests waiting for a free endpoint slot in the pool (what autoscaling should scale on).",
+            ["pool"],
+            registry=r,
+        )
+        self.queue_wait_seconds = Histogram(
+            "sluicegate_queue_wait_seconds",
+            "Time requests that had to queue waited for a slot (served or timed out).",
+            ["pool"],
+            buckets=_QUEUE_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.redis_up = Gauge(
+            "sluicegate_redis_up",
+            "1 while this replica's last background PING of Redis succeeded, else 0.",
+            registry=r,
+        )
+        self.queue_rejections = Counter(
+            "sluicegate_queue_rejections_total",
+            "Requests refused by a saturated pool: its queue was full, or the wait timed out.",
+            ["pool", "reason"],
             registry=r,
         )

@@ -131,8 +131,7 @@ class StreamRelay:
                     task.cancel()
             # Closing (not releasing) drops the worker connection, which is what makes an
             # engine like vLLM abort the generation.
-            self._upstream.response.close()
-            self._upstream.endpoint.inflight -= 1
+            self._upstream.close()
             await self._on_done(self.outcome)
 
     async def _watch_disconnect(self, receive: Receive) -> None:
@@ -153,6 +152,8 @@ class StreamRelay:
                     chunk = await content.readany()
                     if not chunk:
                         break
+                    # The endpoint's health verdict: it answered in time (only the first counts).
+                    self._upstream.report(True)
                     deadline.reschedule(None)
                     out, saw_done = self._process(parser.feed(chunk), saw_done)
                     # A client that hangs up once [DONE] is on its way has not left early.
@@ -176,6 +177,9 @@ class StreamRelay:
             # The relay itself closed the worker connection: the client left, the worker did not fail.
             self.outcome.error_reason = None
             return
+        # A stream that timed out or ended before its first event counts against the endpoint; one
+        # that failed later had already been judged by its first event.
+        self._upstream.report(False)
         if failure is None and not saw_done:
             self.outcome.error_reason = "stream_truncated"
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream ended early.")

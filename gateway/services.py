@@ -12,7 +12,7 @@ from gateway.keystore import KeyStore
 from gateway.metering import Meter
 from gateway.metrics import Metrics
 from gateway.ratelimit import RateLimiter
-from gateway.routing.pool import Router
+from gateway.routing.router import Router
 from gateway.upstream import Upstream
 
 

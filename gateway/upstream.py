@@ -1,39 +1,67 @@
-"""Opening a request to a worker: pick an endpoint, connect, wait for the response head.
+"""Opening a request to a worker: pick a pool and an endpoint, connect, wait for the response head.
 
-A connect failure, or a 502/503 before any byte of the answer, is retried once on another
-endpoint of the pool: nothing was generated yet, so the retry cannot duplicate work the client
-sees. Anything later is the relay's business.
+Pools are tried in the router's order (the weighted pick, the model's other pools, then its
+fallback models). Within a pool, a connect failure or a 502/503 before any byte of the answer is
+retried once on another endpoint: nothing was generated yet, so the retry cannot duplicate work the
+client sees. A pool with no healthy endpoint, or whose attempts all failed that way, hands over to
+the next pool. Anything after the head is the relay's business; a head that does not come by the
+deadline is a timeout, never retried (the deadline is spent).
+
+Every attempt's outcome feeds the endpoint's health (gateway.routing.health): connect errors, 5xx
+heads and timeouts count as failures; for a stream the verdict waits for its first event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import aiohttp
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.metrics import Metrics
+from gateway.routing.endpoint import Endpoint
 from gateway.routing.policy import RouteRequest
-from gateway.routing.pool import Endpoint, Pool, Router
+from gateway.routing.pool import Pool, PoolUnavailable
+from gateway.routing.router import Router
 
 log = logging.getLogger("sluicegate.upstream")
 
 _RETRYABLE_STATUS = frozenset({502, 503})
-_MAX_ATTEMPTS = 2
+_ATTEMPTS_PER_POOL = 2
 
 
 @dataclass(slots=True)
 class UpstreamResponse:
+    pool: Pool
     endpoint: Endpoint
     response: aiohttp.ClientResponse
+    trial: bool
+    verdict_pending: bool = True
+
+    def report(self, ok: bool) -> None:
+        """The endpoint's health verdict for this request, once (later calls are ignored)."""
+        if self.verdict_pending:
+            self.verdict_pending = False
+            self.pool.report(self.endpoint, ok, trial=self.trial)
 
     def release(self) -> None:
         """Give the endpoint's in-flight slot back and close the worker connection if unread."""
-        self.endpoint.inflight -= 1
+        self._give_back()
         self.response.release()
+
+    def close(self) -> None:
+        """The same, dropping the worker connection (an engine aborts the generation then)."""
+        self._give_back()
+        self.response.close()
+
+    def _give_back(self) -> None:
+        if self.verdict_pending:
+            self.verdict_pending = False
+            self.pool.report(self.endpoint, None, trial=self.trial)
+        self.pool.release(self.endpoint)
 
 
 def new_session() -> aiohttp.ClientSession:
@@ -54,41 +82,89 @@ class Upstream:
 
     async def open(
         self,
+        pools: Sequence[Pool],
+        path: str,
+        body_for: Callable[[Pool], bytes],
+        headers: Mapping[str, str],
+        route: RouteRequest,
+        *,
+        head_deadline: float,
+        stream: bool,
+    ) -> UpstreamResponse:
+        """Returns once a worker has sent its status line and headers, before `head_deadline`
+        (event-loop time). The caller must `release()` or `close()` the result.
+
+        `stream`: the caller reports the health verdict itself once the first event arrives."""
+        failures: list[str] = []
+        requested = pools[0].model.name if pools else route.model
+        for i, pool in enumerate(pools):
+            if i and pool.model.name != pools[i - 1].model.name and pool.model.name != requested:
+                self._metrics.fallbacks.labels(requested, pool.model.name).inc()
+            last = i == len(pools) - 1
+            try:
+                return await self._open_pool(
+                    pool, path, body_for(pool), headers, route, head_deadline, stream=stream, last=last
+                )
+            except PoolUnavailable as exc:
+                failures.append(str(exc))
+        raise GatewayError(
+            ErrorCode.NO_HEALTHY_UPSTREAM,
+            f"No worker for model '{requested}' is available: {'; '.join(failures) or 'no pool'}.",
+            headers={"retry-after": "1"},
+        )
+
+    async def _open_pool(
+        self,
         pool: Pool,
         path: str,
         body: bytes,
         headers: Mapping[str, str],
         route: RouteRequest,
-        *,
         head_deadline: float,
+        *,
+        stream: bool,
+        last: bool,
     ) -> UpstreamResponse:
-        """Returns once the worker has sent its status line and headers, before `head_deadline`
-        (event-loop time). The caller must `release()` the result."""
         model = pool.model
+        loop = asyncio.get_running_loop()
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=model.timeouts.connect)
         tried: list[Endpoint] = []
         last_failure = "no endpoint is configured"
-        for _ in range(_MAX_ATTEMPTS):
-            endpoint = pool.pick(route, self._router.rng, exclude=tried)
-            if endpoint is None:
-                break
+        for attempt in range(_ATTEMPTS_PER_POOL):
+            if attempt:
+                self._metrics.upstream_retries.labels(pool.name).inc()
+            wait = min(model.routing.max_queue_wait, max(head_deadline - loop.time(), 0.0))
+            try:
+                endpoint, trial = await pool.acquire(route, self._router.rng, tried, wait)
+            except PoolUnavailable:
+                if tried:
+                    break
+                raise
             tried.append(endpoint)
-            endpoint.inflight += 1
             handed_over = False
+            verdict: bool | None = None
             try:
                 async with asyncio.timeout_at(head_deadline):
                     response = await self._session.post(
                         endpoint.url + path, data=body, headers=headers, timeout=timeout
                     )
-                if response.status in _RETRYABLE_STATUS and len(tried) < _MAX_ATTEMPTS:
-                    self._metrics.upstream_errors.labels(model.name, f"status_{response.status}").inc()
-                    last_failure = f"{endpoint.url} answered {response.status}"
-                    response.release()
-                    continue
+                if response.status >= 500:
+                    verdict = False
+                    final = last and attempt + 1 == _ATTEMPTS_PER_POOL
+                    if response.status in _RETRYABLE_STATUS and not final:
+                        self._metrics.upstream_errors.labels(model.name, f"status_{response.status}").inc()
+                        last_failure = f"{endpoint.url} answered {response.status}"
+                        response.release()
+                        continue
                 handed_over = True
-                return UpstreamResponse(endpoint, response)
+                upstream = UpstreamResponse(pool, endpoint, response, trial)
+                is_stream = stream and response.status == 200 and response.content_type == "text/event-stream"
+                if not is_stream:
+                    upstream.report(verdict is None)
+                return upstream
             except (aiohttp.ClientConnectionError, aiohttp.ClientOSError) as exc:
                 # Before TimeoutError: aiohttp's connect timeout is both, and is worth a retry.
+                verdict = False
                 self._metrics.upstream_errors.labels(model.name, "connect").inc()
                 last_failure = f"{endpoint.url} could not be reached ({type(exc).__name__})"
                 log.warning(
@@ -98,6 +174,7 @@ class Upstream:
                     type(exc).__name__,
                 )
             except TimeoutError:
+                verdict = False
                 self._metrics.upstream_errors.labels(model.name, "timeout").inc()
                 raise GatewayError(
                     ErrorCode.UPSTREAM_TIMEOUT,
@@ -106,9 +183,6 @@ class Upstream:
             finally:
                 # Also on cancellation (the client left): the slot must not leak.
                 if not handed_over:
-                    endpoint.inflight -= 1
-        raise GatewayError(
-            ErrorCode.NO_HEALTHY_UPSTREAM,
-            f"No worker for model '{model.name}' is available: {last_failure}.",
-            headers={"retry-after": "1"},
-        )
+                    pool.report(endpoint, verdict, trial=trial)
+                    pool.release(endpoint)
+        raise PoolUnavailable(f"pool '{pool.name}': {last_failure}")

@@ -1,14 +1,20 @@
 """Routing policies: plain functions with one shape, `(candidates, request, rng) -> endpoint`.
 
-A policy sees only what it is given, holds no state, and is called with a non-empty list.
+The candidates carry their own stats (this replica's in-flight count, the load scraped from the
+worker, a hashing seed): a policy reads them and nothing else, holds no state, awaits nothing and is
+called with a non-empty list of endpoints that may take the request now (usable, a free slot, not
+already tried). It runs on every request, so it allocates as little as it can.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+_MASK64 = (1 << 64) - 1
 
 
 class EndpointView(Protocol):
@@ -18,11 +24,32 @@ class EndpointView(Protocol):
     @property
     def inflight(self) -> int: ...
 
+    @property
+    def load_base(self) -> float:
+        """The scraped load minus this replica's in-flight count at the scrape (0 when unknown):
+        `load_base + inflight` estimates the endpoint's load now."""
+        ...
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued in the worker's engine at the last scrape (0 when unknown)."""
+        ...
+
+    @property
+    def hrw_seed(self) -> int: ...
+
 
 @dataclass(frozen=True, slots=True)
 class RouteRequest:
     model: str
     user: str | None = None
+    session_id: str | None = None
+    team: str = ""
+    share_weight: int = 1
+
+    @property
+    def affinity_key(self) -> str | None:
+        return self.session_id or self.user
 
 
 Policy = Callable[[Sequence[EndpointView], RouteRequest, random.Random], EndpointView]
@@ -33,11 +60,83 @@ def least_outstanding(
 ) -> EndpointView:
     """Power of two choices over this replica's in-flight counts: near-best balance without
     herding every replica onto the same 'least loaded' endpoint."""
-    if len(candidates) == 1:
+    n = len(candidates)
+    if n == 1:
         return candidates[0]
-    first, second = rng.sample(range(len(candidates)), 2)
+    first = int(rng.random() * n)
+    second = (first + 1 + int(rng.random() * (n - 1))) % n
     a, b = candidates[first], candidates[second]
     return a if a.inflight <= b.inflight else b
 
 
-POLICIES: dict[str, Policy] = {"least_outstanding": least_outstanding}
+def least_loaded(
+    candidates: Sequence[EndpointView], request: RouteRequest, rng: random.Random
+) -> EndpointView:
+    """The endpoint with the least estimated load: its engine's own numbers from the last scrape
+    (waiting dominates, then running, then KV-cache use) plus what this replica sent it since.
+
+    A full scan; equal endpoints share the traffic by a random draw among the ties (the common
+    case when idle). Without a fresh scrape `load_base` is 0 and this is least-in-flight."""
+    best = candidates[0]
+    best_score = best.load_base + best.inflight
+    ties = 1
+    for candidate in candidates[1:]:
+        score = candidate.load_base + candidate.inflight
+        if score < best_score:
+            best, best_score, ties = candidate, score, 1
+        elif score == best_score:
+            ties += 1
+            if rng.random() * ties < 1.0:
+                best = candidate
+    return best
+
+
+def affinity_hash(key: str) -> int:
+    """A hash stable across processes (Python's own `hash` is salted per process), so every
+    replica sends one session to the same endpoint."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+
+
+def endpoint_seed(url: str) -> int:
+    return affinity_hash("endpoint:" + url)
+
+
+def _mix(x: int) -> int:
+    # splitmix64's finalizer: key ^ seed alone would rank endpoints the same for similar keys.
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def session_affinity(
+    candidates: Sequence[EndpointView], request: RouteRequest, rng: random.Random
+) -> EndpointView:
+    """Rendezvous hashing on the session (`x-session-id`, else the `user` field) over the endpoints
+    that may take the request, so a conversation keeps hitting the engine whose prefix cache holds
+    it. An ejected, unhealthy or full endpoint is not a candidate: its sessions move to their
+    next-ranked endpoint and come back when it does, the rest stay put. When the chosen engine is
+    queueing while another is not, or there is no key, this is least_loaded."""
+    key = request.affinity_key
+    if key is None or len(candidates) == 1:
+        return least_loaded(candidates, request, rng)
+    key_hash = affinity_hash(key)
+    best = candidates[0]
+    best_rank = _mix(key_hash ^ best.hrw_seed)
+    for candidate in candidates[1:]:
+        rank = _mix(key_hash ^ candidate.hrw_seed)
+        if rank > best_rank:
+            best, best_rank = candidate, rank
+    if best.waiting > 0:
+        other = least_loaded(candidates, request, rng)
+        if other.waiting == 0:
+            return other
+    return best
+
+
+POLICIES: dict[str, Policy] = {
+    "least_outstanding": least_outstanding,
+    "least_loaded": least_loaded,
+    "session_affinity": session_affinity,
+}
+# Policies that read the workers' own load, so their pools' endpoints are scraped.
+SCRAPED_POLICIES = frozenset({"least_loaded", "session_affinity"})

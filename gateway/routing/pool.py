@@ -1,51 +1,265 @@
-"""Pools of endpoints per configured model, and the in-flight bookkeeping the policies read."""
+"""One pool: a set of interchangeable endpoints, their in-flight slots and the fair queue in front
+of them.
+
+Each endpoint takes at most `max_inflight_per_endpoint` requests from this replica. When every
+usable endpoint is full a request waits in the pool's FairQueue (weighted fair across teams); a
+freed slot goes straight to the next waiter (`drain`), never to a newcomer, so arriving later
+cannot mean being served sooner.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import random
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
+from typing import cast
 
-from gateway.config import ModelConfig, ModelTable
-from gateway.routing.policy import Policy, RouteRequest, least_outstanding
+from gateway.errors import ErrorCode, GatewayError
+from gateway.metrics import Metrics
+from gateway.model_table import ModelConfig, PoolConfig
+from gateway.routing import health
+from gateway.routing.endpoint import Endpoint, EndpointState
+from gateway.routing.fairqueue import FairQueue, QueueFull, QueueTimeout
+from gateway.routing.policy import POLICIES, SCRAPED_POLICIES, EndpointView, Policy, RouteRequest
 
 
-@dataclass(slots=True, eq=False)
-class Endpoint:
-    url: str
-    inflight: int = 0
+class PoolUnavailable(Exception):
+    """No usable endpoint: the caller moves on to the model's other pools, then its fallbacks."""
 
 
-@dataclass(slots=True)
 class Pool:
-    model: ModelConfig
-    endpoints: list[Endpoint]
-    policy: Policy = field(default=least_outstanding)
+    def __init__(
+        self,
+        model: ModelConfig,
+        config: PoolConfig,
+        metrics: Metrics,
+        *,
+        rng: random.Random,
+        clock: Callable[[], float] = time.monotonic,
+        previous: Pool | None = None,
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.name = config.name
+        self.weight = config.weight
+        self.wire_model = config.upstream_model or model.wire_model
+        # What Call.upstream_body reads: the wire name of this pool, whatever the model says.
+        self.body_model = replace(model, upstream_model=self.wire_model)
+        self.policy_name = model.routing.policy
+        self.policy: Policy = POLICIES[self.policy_name]
+        self.scraped = self.policy_name in SCRAPED_POLICIES
+        self.max_inflight = model.routing.max_inflight_per_endpoint
+        self.health = model.health
+        self.discovered = config.kubernetes is not None
+        self._metrics = metrics
+        self._clock = clock
+        self._rng = rng
+        self.queue: FairQueue[Endpoint] = FairQueue(
+            model.routing.max_queue, on_orphan=self.release, clock=clock
+        )
+        self._queue_wait = metrics.queue_wait_seconds.labels(self.name)
+        self.endpoints: list[Endpoint] = []
+        self._by_url: dict[str, Endpoint] = {}
+        self._ejected: list[Endpoint] = []
+        if previous is not None:
+            for endpoint in previous.endpoints:
+                self._add(endpoint)
+        else:
+            for url in config.endpoints:
+                self._add(Endpoint(url, confirmed=True))
+        self._export_gauges()
 
-    def pick(
-        self, request: RouteRequest, rng: random.Random, exclude: Iterable[Endpoint] = ()
-    ) -> Endpoint | None:
-        excluded = set(map(id, exclude))
-        candidates = [e for e in self.endpoints if id(e) not in excluded]
-        if not candidates:
-            return None
-        chosen = self.policy(candidates, request, rng)
-        assert isinstance(chosen, Endpoint)
-        return chosen
+    # -- membership ---------------------------------------------------------------------------
+
+    def _add(self, endpoint: Endpoint) -> None:
+        self.endpoints.append(endpoint)
+        self._by_url[endpoint.url] = endpoint
+        if endpoint.ejected_until is not None:
+            self._ejected.append(endpoint)
+        gauge = self._metrics.endpoint_inflight.labels(self.name, endpoint.url)
+        gauge.set_function(lambda: endpoint.inflight)
+
+    def set_endpoints(self, urls: Collection[str]) -> None:
+        """Replaces the set. New URLs start pending (confirmed by the monitor); removed ones take
+        no new requests, and the ones in flight finish."""
+        wanted = set(urls)
+        for endpoint in list(self.endpoints):
+            if endpoint.url not in wanted:
+                self._remove(endpoint)
+        for url in urls:
+            if url not in self._by_url:
+                self._add(Endpoint(url, confirmed=False))
+
+    def _remove(self, endpoint: Endpoint) -> None:
+        endpoint.removed = True
+        endpoint.refresh()
+        self.endpoints.remove(endpoint)
+        del self._by_url[endpoint.url]
+        if endpoint in self._ejected:
+            self._ejected.remove(endpoint)
+        self._forget_endpoint_series(endpoint)
+
+    def _forget_endpoint_series(self, endpoint: Endpoint) -> None:
+        for metric in (self._metrics.endpoint_inflight, self._metrics.endpoint_ejections):
+            with contextlib.suppress(KeyError):
+                metric.remove(self.name, endpoint.url)
+
+    def close(self) -> None:
+        """The pool is gone (its model was removed or replaced without it): drop its series."""
+        for endpoint in self.endpoints:
+            endpoint.removed = True
+            endpoint.refresh()
+            self._forget_endpoint_series(endpoint)
+        m = self._metrics
+        per_pool = (m.pool_healthy_endpoints, m.pool_queue_depth, m.queue_wait_seconds, m.upstream_retries)
+        for metric in per_pool:
+            with contextlib.suppress(KeyError):
+                metric.remove(self.name)
+        for state in EndpointState:
+            with contextlib.suppress(KeyError):
+                m.pool_endpoints.remove(self.name, state.value)
+
+    def _export_gauges(self) -> None:
+        m = self._metrics
+        m.pool_healthy_endpoints.labels(self.name).set_function(self.healthy_count)
+        m.pool_queue_depth.labels(self.name).set_function(lambda: len(self.queue))
+        for state in EndpointState:
+            if state is not EndpointState.REMOVED:
+                m.pool_endpoints.labels(self.name, state.value).set_function(
+                    functools.partial(self.count_in_state, state)
+                )
+
+    def count_in_state(self, state: EndpointState) -> int:
+        return sum(1 for e in self.endpoints if e.state is state)
+
+    def healthy_count(self) -> int:
+        return sum(1 for e in self.endpoints if e.usable)
+
+    def has_usable(self) -> bool:
+        return any(e.usable for e in self.endpoints)
+
+    def get(self, url: str) -> Endpoint | None:
+        return self._by_url.get(url)
+
+    # -- slots --------------------------------------------------------------------------------
+
+    def try_acquire(
+        self, route: RouteRequest, rng: random.Random, exclude: Sequence[Endpoint] = ()
+    ) -> tuple[Endpoint, bool] | None:
+        """A slot now, without waiting: (endpoint, is_trial), or None when the caller must queue.
+        Raises PoolUnavailable when no endpoint could take the request even after a wait."""
+        if self._ejected:
+            trial = self._trial(exclude)
+            if trial is not None:
+                return trial, True
+        if not self.queue:  # a waiter goes first: no barging past the queue
+            limit = self.max_inflight
+            candidates = [e for e in self.endpoints if e.usable and e.inflight < limit and e not in exclude]
+            if candidates:
+                started = time.perf_counter()
+                chosen = cast(Endpoint, self.policy(cast(Sequence[EndpointView], candidates), route, rng))
+                self._metrics.routing_decision.observe(time.perf_counter() - started)
+                chosen.inflight += 1
+                return chosen, False
+        if not any(e.usable and e not in exclude for e in self.endpoints):
+            raise PoolUnavailable(self._why_unavailable())
+        return None
+
+    def _why_unavailable(self) -> str:
+        if not self.endpoints:
+            return f"pool '{self.name}' has no endpoints"
+        states = ", ".join(f"{e.url} {e.state.value}" for e in self.endpoints[:4])
+        more = f" and {len(self.endpoints) - 4} more" if len(self.endpoints) > 4 else ""
+        return f"pool '{self.name}' has no healthy endpoint ({states}{more})"
+
+    def _trial(self, exclude: Sequence[Endpoint]) -> Endpoint | None:
+        now = self._clock()
+        for endpoint in self._ejected:
+            if endpoint.trial_ready(now) and endpoint not in exclude:
+                endpoint.trial_inflight = True
+                endpoint.inflight += 1
+                return endpoint
+        return None
+
+    async def acquire(
+        self, route: RouteRequest, rng: random.Random, exclude: Sequence[Endpoint], max_wait: float
+    ) -> tuple[Endpoint, bool]:
+        """A slot, waiting in the fair queue (at most `max_wait` s) when the pool is saturated."""
+        got = self.try_acquire(route, rng, exclude)
+        if got is not None:
+            return got
+        started = self._clock()
+        try:
+            endpoint = await self.queue.wait(route.team, route.share_weight, max_wait)
+        except QueueFull:
+            self._metrics.queue_rejections.labels(self.name, "full").inc()
+            raise self._saturated(ErrorCode.POOL_SATURATED, "its queue is full") from None
+        except QueueTimeout:
+            self._queue_wait.observe(self._clock() - started)
+            self._metrics.queue_rejections.labels(self.name, "timeout").inc()
+            raise self._saturated(ErrorCode.QUEUE_TIMEOUT, f"none was free within {max_wait:g}s") from None
+        self._queue_wait.observe(self._clock() - started)
+        return endpoint, False
+
+    def _saturated(self, code: ErrorCode, why: str) -> GatewayError:
+        return GatewayError(
+            code,
+            f"Every worker for model '{self.model.name}' is busy and {why}; try again shortly.",
+            headers={"retry-after": "1"},
+        )
+
+    def release(self, endpoint: Endpoint) -> None:
+        endpoint.inflight -= 1
+        if self.queue:
+            self.drain()
+
+    def drain(self) -> None:
+        """Hands free slots to waiters, oldest fair share first."""
+        limit = self.max_inflight
+        while self.queue:
+            free = [e for e in self.endpoints if e.usable and e.inflight < limit]
+            if not free:
+                return
+            chosen = cast(Endpoint, self.policy(cast(Sequence[EndpointView], free), _ANY_REQUEST, self._rng))
+            chosen.inflight += 1
+            if not self.queue.offer(chosen):
+                chosen.inflight -= 1
+                return
+
+    # -- health -------------------------------------------------------------------------------
+
+    def report(self, endpoint: Endpoint, ok: bool | None, *, trial: bool) -> None:
+        """The verdict of one request on `endpoint`: True, False, or None (no verdict)."""
+        if ok is None:
+            health.record_no_verdict(endpoint, trial=trial)
+        elif ok:
+            if health.record_success(endpoint, trial=trial):
+                self._readmitted(endpoint)
+        elif health.record_failure(endpoint, self.health, self._clock(), trial=trial):
+            if endpoint not in self._ejected and not endpoint.removed:
+                self._ejected.append(endpoint)
+            self._metrics.endpoint_ejections.labels(self.name, endpoint.url).inc()
+
+    def _readmitted(self, endpoint: Endpoint) -> None:
+        if endpoint in self._ejected:
+            self._ejected.remove(endpoint)
+        self.drain()
+
+    def probe_result(self, endpoint: Endpoint, ok: bool) -> None:
+        was_usable = endpoint.usable
+        endpoint.probe_ok = ok
+        endpoint.refresh()
+        if endpoint.usable and not was_usable:
+            self.drain()
+
+    def confirm(self, endpoint: Endpoint) -> None:
+        endpoint.confirmed = True
+        endpoint.refresh()
+        self.drain()
 
 
-class Router:
-    def __init__(self, table: ModelTable, *, rng: random.Random | None = None) -> None:
-        self._pools = {m.name: Pool(m, [Endpoint(url) for url in m.endpoints]) for m in table.models}
-        self._by_name = {name: self._pools[model.name] for name, model in table.by_name().items()}
-        self.rng = rng or random.Random()
-
-    def resolve(self, name: str) -> Pool | None:
-        """A model name or alias -> its pool."""
-        return self._by_name.get(name)
-
-    def pools(self) -> list[Pool]:
-        return list(self._pools.values())
-
-    def has_endpoints(self) -> bool:
-        return any(pool.endpoints for pool in self._pools.values())
+# A queued request takes whichever slot frees first: drain() routes for no request in particular.
+_ANY_REQUEST = RouteRequest("")

@@ -1,0 +1,40 @@
+"""`sluicegate_redis_up`: Redis as this replica sees it, pinged in the background.
+
+A gauge set only by failing requests would read 1 on an idle replica whose Redis is long gone;
+the "Redis down" alert needs a value that is current whether or not traffic flows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from prometheus_client import Gauge
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+log = logging.getLogger("sluicegate.redis")
+
+PING_INTERVAL_S = 5.0
+
+
+async def watch_redis(
+    redis: Redis, up: Gauge, *, timeout_s: float, interval_s: float = PING_INTERVAL_S
+) -> None:
+    was_up: bool | None = None
+    while True:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await redis.ping()
+            is_up = True
+        except (RedisError, TimeoutError, OSError):
+            is_up = False
+        up.set(1 if is_up else 0)
+        if was_up is not None and is_up != was_up:
+            log.log(
+                logging.INFO if is_up else logging.WARNING,
+                "redis %s",
+                "is back" if is_up else "is unreachable",
+            )
+        was_up = is_up
+        await asyncio.sleep(interval_s)

@@ -1,0 +1,96 @@
+"""One worker endpoint as this replica sees it: in-flight count, health, and last scraped load.
+
+Plain mutable state, changed only on the event loop by the pool (requests), the health rules
+(gateway.routing.health) and the monitor (probes, scrapes, confirmation).
+"""
+
+from __future__ import annotations
+
+import enum
+
+from gateway.routing.policy import endpoint_seed
+
+
+class EndpointState(enum.Enum):
+    PENDING = "pending"  # discovered, not yet confirmed to serve the pool's model
+    HEALTHY = "healthy"
+    EJECTED = "ejected"  # too many failures in a row: out for a backoff, then one trial request
+    UNHEALTHY = "unhealthy"  # its /health probe fails
+    REMOVED = "removed"  # gone from discovery; its in-flight requests finish
+
+
+class Endpoint:
+    __slots__ = (
+        "confirmed",
+        "ejected_until",
+        "ejections",
+        "failures",
+        "hrw_seed",
+        "inflight",
+        "inflight_at_scrape",
+        "kv_cache_usage",
+        "last_probe_at",
+        "last_scrape_at",
+        "load_base",
+        "probe_ok",
+        "removed",
+        "running",
+        "scraped_at",
+        "trial_inflight",
+        "url",
+        "usable",
+        "waiting",
+    )
+
+    def __init__(self, url: str, *, confirmed: bool = True) -> None:
+        self.url = url
+        self.hrw_seed = endpoint_seed(url)
+        self.inflight = 0
+        self.confirmed = confirmed
+        self.removed = False
+        self.probe_ok = True
+        self.failures = 0  # consecutive
+        self.ejections = 0  # in a row, for the backoff
+        self.ejected_until: float | None = None
+        self.trial_inflight = False
+        # Scraped load; load_base is what the policies read (see EndpointView).
+        self.running = 0
+        self.waiting = 0
+        self.kv_cache_usage = 0.0
+        self.scraped_at: float | None = None
+        self.inflight_at_scrape = 0
+        self.load_base = 0.0
+        self.last_probe_at = float("-inf")
+        self.last_scrape_at = float("-inf")
+        self.usable = confirmed
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recomputes `usable`, the one flag the request path reads."""
+        self.usable = self.confirmed and not self.removed and self.probe_ok and self.ejected_until is None
+
+    @property
+    def state(self) -> EndpointState:
+        if self.removed:
+            return EndpointState.REMOVED
+        if not self.confirmed:
+            return EndpointState.PENDING
+        if self.ejected_until is not None:
+            return EndpointState.EJECTED
+        if not self.probe_ok:
+            return EndpointState.UNHEALTHY
+        return EndpointState.HEALTHY
+
+    def trial_ready(self, now: float) -> bool:
+        """Ejected, its backoff over, its probe passing, and no trial request out yet."""
+        return (
+            self.ejected_until is not None
+            and now >= self.ejected_until
+            and not self.trial_inflight
+            and self.probe_ok
+            and self.confirmed
+            and not self.removed
+        )
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self.url!r}, {self.state.value}, inflight={self.inflight})"

@@ -1,0 +1,171 @@
+"""The router's background work: confirming new endpoints, probing `/health`, scraping load.
+
+Three loops, started in the app's lifespan and stopped with it. Each round looks for the endpoints
+that are due, checks them with bounded concurrency (one semaphore for all three) and a short
+timeout, and applies the results on the event loop; nothing here is on a request's path.
+
+- pending endpoints: `GET /v1/models` about once a second until it lists the pool's wire model;
+- every confirmed endpoint: `GET /health` every `health.probe_interval`, timeout <= connect timeout;
+- endpoints of pools routed by load: `GET /metrics` about once a second (or each probe_interval if
+  shorter); a failed or stale scrape falls back to in-flight counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+import orjson
+
+from gateway.routing.endpoint import Endpoint
+from gateway.routing.load import apply_load, forget_load, parse_load
+from gateway.routing.pool import Pool
+from gateway.routing.router import Router
+
+log = logging.getLogger("sluicegate.routing")
+
+CONFIRM_INTERVAL_S = 1.0
+SCRAPE_INTERVAL_S = 1.0
+_MAX_BODY = 1024 * 1024
+# A scrape older than this many intervals says nothing about the endpoint now.
+_STALE_AFTER = 3
+
+
+class Monitor:
+    def __init__(
+        self,
+        router: Router,
+        session: aiohttp.ClientSession,
+        *,
+        concurrency: int = 32,
+        tick_s: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._router = router
+        self._session = session
+        self._slots = asyncio.Semaphore(concurrency)
+        self._tick_s = tick_s
+        self._clock = clock
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        for loop in (self._confirm_round, self._probe_round, self._scrape_round):
+            self._tasks.append(asyncio.ensure_future(self._forever(loop)))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    async def _forever(self, round_: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            try:
+                await round_()
+            except Exception:  # a bug in one round must not end the loop for good
+                log.exception("routing monitor round failed")
+            await asyncio.sleep(self._tick_s)
+
+    async def _run(self, jobs: list[Awaitable[None]]) -> None:
+        if jobs:
+            await asyncio.gather(*jobs)
+
+    async def _get(self, url: str, timeout_s: float) -> tuple[int, bytes] | None:
+        """Status and body, or None when the endpoint could not be reached in time."""
+        async with self._slots:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    async with self._session.get(url) as response:
+                        return response.status, await response.content.read(_MAX_BODY)
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                return None
+
+    # -- pending endpoints --------------------------------------------------------------------
+
+    async def _confirm_round(self) -> None:
+        now = self._clock()
+        jobs: list[Awaitable[None]] = []
+        for pool in self._router.pools():
+            for endpoint in pool.endpoints:
+                if not endpoint.confirmed and now - endpoint.last_probe_at >= CONFIRM_INTERVAL_S:
+                    endpoint.last_probe_at = now
+                    jobs.append(self._confirm(pool, endpoint))
+        await self._run(jobs)
+
+    async def _confirm(self, pool: Pool, endpoint: Endpoint) -> None:
+        got = await self._get(endpoint.url + "/v1/models", min(2.0, pool.model.timeouts.connect))
+        if got is None or got[0] != 200 or endpoint.removed:
+            return
+        if pool.wire_model in _model_ids(got[1]):
+            log.info("endpoint confirmed pool=%s endpoint=%s", pool.name, endpoint.url)
+            pool.confirm(endpoint)
+
+    # -- health probes ------------------------------------------------------------------------
+
+    async def _probe_round(self) -> None:
+        now = self._clock()
+        jobs: list[Awaitable[None]] = []
+        for pool in self._router.pools():
+            for endpoint in pool.endpoints:
+                if endpoint.confirmed and now - endpoint.last_probe_at >= pool.health.probe_interval:
+                    endpoint.last_probe_at = now
+                    jobs.append(self._probe(pool, endpoint))
+        await self._run(jobs)
+
+    async def _probe(self, pool: Pool, endpoint: Endpoint) -> None:
+        timeout = min(pool.model.timeouts.connect, pool.health.probe_interval)
+        got = await self._get(endpoint.url + "/health", timeout)
+        ok = got is not None and got[0] == 200
+        if ok != endpoint.probe_ok and not endpoint.removed:
+            log.warning(
+                "endpoint health probe %s pool=%s endpoint=%s",
+                "passes" if ok else "fails",
+                pool.name,
+                endpoint.url,
+            )
+        if not endpoint.removed:
+            pool.probe_result(endpoint, ok)
+
+    # -- load scrapes -------------------------------------------------------------------------
+
+    async def _scrape_round(self) -> None:
+        now = self._clock()
+        jobs: list[Awaitable[None]] = []
+        for pool in self._router.pools():
+            if not pool.scraped:
+                continue
+            interval = min(SCRAPE_INTERVAL_S, pool.health.probe_interval)
+            for endpoint in pool.endpoints:
+                if not endpoint.confirmed:
+                    continue
+                if endpoint.scraped_at is not None and now - endpoint.scraped_at > _STALE_AFTER * interval:
+                    forget_load(endpoint)
+                if now - endpoint.last_scrape_at >= interval:
+                    endpoint.last_scrape_at = now
+                    jobs.append(self._scrape(pool, endpoint, interval))
+        await self._run(jobs)
+
+    async def _scrape(self, pool: Pool, endpoint: Endpoint, interval: float) -> None:
+        got = await self._get(endpoint.url + "/metrics", min(interval, pool.model.timeouts.connect))
+        load = parse_load(got[1].decode("utf-8", "replace")) if got is not None and got[0] == 200 else None
+        if load is None:
+            forget_load(endpoint)
+        else:
+            apply_load(endpoint, load, self._clock())
+
+
+def _model_ids(body: bytes) -> set[str]:
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return set()
+    data = parsed.get("data") if isinstance(parsed, dict) else None
+    if not isinstance(data, list):
+        return set()
+    return {item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)}

@@ -1,0 +1,127 @@
+"""Model names -> models -> weighted pools, kept current by discovery (the Router is its
+DiscoverySink) and read by the request path.
+
+A request's pool order: one pool of the model drawn by weight (a 90/10 canary split), then the
+model's other pools, then the pools of its `fallbacks` models in order. A fallback's own
+fallbacks are not followed: chains would make one request's worst case hard to see.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import random
+import time
+from collections.abc import Callable, Collection, Iterator
+
+from gateway.metrics import Metrics
+from gateway.model_table import ModelConfig, ModelTable
+from gateway.routing.pool import Pool
+
+
+class ModelRoute:
+    """One model and its pools."""
+
+    def __init__(self, model: ModelConfig, pools: list[Pool]) -> None:
+        self.model = model
+        self.pools = pools
+        self._cumulative = list(itertools.accumulate(p.weight for p in pools))
+
+    def pool_order(self, rng: random.Random) -> list[Pool]:
+        if len(self.pools) == 1:
+            return self.pools
+        first = bisect.bisect_right(self._cumulative, rng.random() * self._cumulative[-1])
+        first = min(first, len(self.pools) - 1)
+        return [self.pools[first], *self.pools[:first], *self.pools[first + 1 :]]
+
+
+class Router:
+    def __init__(
+        self,
+        table: ModelTable,
+        metrics: Metrics,
+        *,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rng = rng or random.Random()
+        self.metrics = metrics
+        self._clock = clock
+        self._models: dict[str, ModelRoute] = {}
+        self._by_name: dict[str, ModelRoute] = {}
+        self._pools: dict[str, Pool] = {}
+        for model in table.models:
+            self.add_model(model)
+
+    # -- DiscoverySink ------------------------------------------------------------------------
+
+    def set_endpoints(self, pool: str, urls: Collection[str]) -> None:
+        found = self._pools.get(pool)
+        if found is not None:
+            found.set_endpoints(urls)
+
+    def add_model(self, model: ModelConfig) -> None:
+        """Adds or replaces a model; a pool whose name it keeps keeps its endpoints and their state."""
+        old = self._models.pop(model.name, None)
+        kept: dict[str, Pool] = {}
+        if old is not None:
+            self._unindex(old)
+            kept = {p.name: p for p in old.pools}
+        pools: list[Pool] = []
+        for config in model.pool_configs():
+            previous = kept.pop(config.name, None)
+            pool = Pool(model, config, self.metrics, rng=self.rng, clock=self._clock, previous=previous)
+            pools.append(pool)
+            self._pools[pool.name] = pool
+        for gone in kept.values():
+            gone.close()
+        route = ModelRoute(model, pools)
+        self._models[model.name] = route
+        for name in (model.name, *model.aliases):
+            self._by_name[name] = route
+
+    def remove_model(self, name: str) -> None:
+        route = self._models.pop(name, None)
+        if route is None:
+            return
+        self._unindex(route)
+        for pool in route.pools:
+            pool.close()
+
+    def _unindex(self, route: ModelRoute) -> None:
+        for name in (route.model.name, *route.model.aliases):
+            if self._by_name.get(name) is route:
+                del self._by_name[name]
+        for pool in route.pools:
+            if self._pools.get(pool.name) is pool:
+                del self._pools[pool.name]
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def resolve(self, name: str) -> ModelRoute | None:
+        """A model name or alias -> its model and pools."""
+        return self._by_name.get(name)
+
+    def models(self) -> list[ModelRoute]:
+        return list(self._models.values())
+
+    def pools(self) -> Iterator[Pool]:
+        return iter(list(self._pools.values()))
+
+    def pool(self, name: str) -> Pool | None:
+        return self._pools.get(name)
+
+    def plan(self, route: ModelRoute) -> list[Pool]:
+        """The pools to try for one request, in order."""
+        order = list(route.pool_order(self.rng))
+        for fallback in route.model.fallbacks:
+            other = self._by_name.get(fallback)
+            if other is not None and other is not route:
+                order.extend(other.pool_order(self.rng))
+        return order
+
+    def has_healthy_endpoint(self) -> bool:
+        return any(pool.has_usable() for pool in self._pools.values())
+
+    def has_discovered_pools(self) -> bool:
+        return any(pool.discovered for pool in self._pools.values())

@@ -1,0 +1,152 @@
+"""Discovery wired into the real gateway: a model whose endpoints come from a Service's
+EndpointSlices, and a model that exists only because a Service is labelled, both served through
+the gateway on a real socket to the openai SDK while the fake API server changes the cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import openai
+import pytest
+
+from gateway.config import KubernetesTarget, ModelConfig, ModelTable
+from tests.conftest import FAKE_MODEL, GatewayFactory
+from tests.discovery.fake_apiserver import FakeApiServer
+from tests.discovery.objects import endpoint, endpoint_slice, service
+
+T = TypeVar("T")
+NAMESPACE = "llm"
+
+
+class ApiServerThread:
+    """The fake API server on its own event loop, so that sync tests (and the sync SDK) can
+    change the cluster while the gateway watches it from its own loop."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.server = FakeApiServer()
+        self.call(lambda: None)
+        asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(10)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        async def run() -> T:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+
+@pytest.fixture
+def apiserver() -> Iterator[ApiServerThread]:
+    thread = ApiServerThread()
+    try:
+        yield thread
+    finally:
+        thread.close()
+
+
+def _until(check: Callable[[], Any], within_s: float, what: str) -> Any:
+    deadline = time.monotonic() + within_s
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within_s}s: {what}")
+        time.sleep(0.05)
+
+
+def _answers(client: openai.OpenAI, model: str) -> bool:
+    try:
+        reply = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+    except openai.APIStatusError as exc:
+        if exc.status_code != 503:  # only "no endpoint yet" is expected while the pool fills
+            raise
+        return False
+    return reply.model == model and bool(reply.choices[0].message.content)
+
+
+def _worker_slice(worker_url: str, *, ready: bool = True) -> dict[str, Any]:
+    parts = urlsplit(worker_url)
+    assert parts.hostname is not None
+    assert parts.port is not None
+    return endpoint_slice(
+        NAMESPACE, "llama-abc12", "llama", [endpoint(parts.hostname, ready=ready)], port=parts.port
+    )
+
+
+def test_a_pool_follows_its_service_endpoints(
+    apiserver: ApiServerThread, make_gateway: GatewayFactory, fake_worker: str, tmp_path: Path
+) -> None:
+    kubeconfig = apiserver.call(lambda: apiserver.server.write_kubeconfig(tmp_path / "kubeconfig"))
+    table = ModelTable(
+        (
+            ModelConfig(
+                name="llama",
+                upstream_model=FAKE_MODEL,
+                kubernetes=KubernetesTarget(service="llama", namespace=NAMESPACE, port="http"),
+            ),
+        )
+    )
+    with make_gateway(table, kubeconfig=str(kubeconfig)) as gw:
+        client = gw.client(gw.new_key()["key"])
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "hi"}])
+        assert refused.value.status_code == 503  # no endpoint known yet: a clear 503, no hang
+
+        apiserver.call(lambda: apiserver.server.put("endpointslices", _worker_slice(fake_worker)))
+        _until(lambda: _answers(client, "llama"), 10, "the discovered endpoint answers")
+        (pool,) = next(m for m in gw.admin.call("GET", "/admin/v1/models")["data"] if m["name"] == "llama")[
+            "pools"
+        ]
+        assert [e["url"] for e in pool["endpoints"]] == [fake_worker]
+
+        apiserver.call(
+            lambda: apiserver.server.put("endpointslices", _worker_slice(fake_worker, ready=False))
+        )
+        _until(lambda: not _answers(client, "llama"), 10, "a not-ready endpoint takes no traffic")
+
+
+def test_a_labelled_service_becomes_a_model(
+    apiserver: ApiServerThread, make_gateway: GatewayFactory, fake_worker: str, tmp_path: Path
+) -> None:
+    kubeconfig = apiserver.call(lambda: apiserver.server.write_kubeconfig(tmp_path / "kubeconfig"))
+    labelled = service(
+        NAMESPACE,
+        "llama",
+        model_label="llama-3",
+        annotations={"sluicegate.io/aliases": "llama", "sluicegate.io/upstream-model": FAKE_MODEL},
+    )
+    with make_gateway(
+        ModelTable(()),
+        kubeconfig=str(kubeconfig),
+        kubernetes_autodiscovery=True,
+        kubernetes_namespaces=(NAMESPACE,),
+    ) as gw:
+        client = gw.client(gw.new_key()["key"])
+        assert [m.id for m in client.models.list()] == []
+
+        apiserver.call(lambda: apiserver.server.put("services", labelled))
+        apiserver.call(lambda: apiserver.server.put("endpointslices", _worker_slice(fake_worker)))
+        _until(
+            lambda: {m.id for m in client.models.list()} == {"llama-3", "llama"}, 10, "the model is listed"
+        )
+        _until(lambda: _answers(client, "llama-3"), 10, "the autodiscovered model answers")
+
+        apiserver.call(lambda: apiserver.server.delete("services", NAMESPACE, "llama"))
+        _until(lambda: [m.id for m in client.models.list()] == [], 10, "the model goes with its Service")
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model="llama-3", messages=[{"role": "user", "content": "hi"}])

@@ -1,0 +1,106 @@
+"""A saturated pool through the real gateway: weighted fair queueing across teams, queue timeouts,
+and clients that leave while queued."""
+
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import threading
+import time
+
+from gateway.config import ModelConfig, ModelTable, RoutingConfig
+from tests.conftest import Gateway, GatewayFactory
+from tests.routing.conftest import WorkerFactory, chat, metric, wait_until
+
+SERVICE_S = 0.1
+
+
+def _latencies(gw: Gateway, key: str, count: int, out: list[float]) -> None:
+    for _ in range(count):
+        started = time.monotonic()
+        assert chat(gw, key).status == 200
+        out.append(time.monotonic() - started)
+
+
+def _flood(gw: Gateway, key: str, stop: threading.Event) -> None:
+    while not stop.is_set():
+        assert chat(gw, key).status == 200
+
+
+def test_a_light_team_keeps_its_wait_when_a_heavy_team_floods_the_pool(
+    make_gateway: GatewayFactory, workers: WorkerFactory
+) -> None:
+    _, url = workers(delay_s=SERVICE_S)
+    routing = RoutingConfig(max_inflight_per_endpoint=2, max_queue=100, max_queue_wait=20)
+    table = ModelTable((ModelConfig(name="m", endpoints=(url,), routing=routing),))
+    with make_gateway(table) as gw:
+        heavy, light = gw.new_key()["key"], gw.new_key()["key"]
+        alone: list[float] = []
+        _latencies(gw, light, 8, alone)
+
+        stop = threading.Event()
+        flood = [threading.Thread(target=_flood, args=(gw, heavy, stop)) for _ in range(10)]
+        for thread in flood:
+            thread.start()
+        try:
+            wait_until(lambda: metric(gw, "sluicegate_pool_queue_depth", pool="m") >= 5, 5, "saturated")
+            crowded: list[float] = []
+            _latencies(gw, light, 8, crowded)
+        finally:
+            stop.set()
+            for thread in flood:
+                thread.join(timeout=20)
+        # FIFO would put each light request behind ~8 heavy ones: about 5x its time alone.
+        assert statistics.median(crowded) <= 2 * statistics.median(alone), (alone, crowded)
+
+
+def test_a_queue_timeout_is_a_503_with_retry_after(
+    make_gateway: GatewayFactory, workers: WorkerFactory
+) -> None:
+    _, url = workers(delay_s=1.5)
+    routing = RoutingConfig(max_inflight_per_endpoint=1, max_queue=10, max_queue_wait=0.3)
+    table = ModelTable((ModelConfig(name="m", endpoints=(url,), routing=routing),))
+    with make_gateway(table) as gw:
+        key = gw.new_key()["key"]
+        holder = threading.Thread(target=chat, args=(gw, key))
+        holder.start()
+        wait_until(lambda: metric(gw, "sluicegate_endpoint_inflight", pool="m") == 1, 3, "slot taken")
+        started = time.monotonic()
+        reply = chat(gw, key)
+        assert time.monotonic() - started < 1.0
+        assert reply.status == 503
+        assert reply.headers["retry-after"] == "1"
+        error = reply.json()["error"]
+        assert (error["code"], error["type"]) == ("queue_timeout", "upstream_error")
+        assert metric(gw, "sluicegate_queue_rejections_total", pool="m", reason="timeout") == 1
+        holder.join(timeout=5)
+
+
+def test_a_client_that_leaves_while_queued_leaves_the_queue_at_once(
+    make_gateway: GatewayFactory, workers: WorkerFactory
+) -> None:
+    worker, url = workers(delay_s=2.0)
+    routing = RoutingConfig(max_inflight_per_endpoint=1, max_queue=10, max_queue_wait=30)
+    table = ModelTable((ModelConfig(name="m", endpoints=(url,), routing=routing),))
+    with make_gateway(table) as gw:
+        key = gw.new_key()["key"]
+        holder = threading.Thread(target=chat, args=(gw, key))
+        holder.start()
+        wait_until(lambda: metric(gw, "sluicegate_endpoint_inflight", pool="m") == 1, 3, "slot taken")
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+        port = int(gw.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            head = (
+                f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
+                f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+            )
+            sock.sendall(head.encode() + body)
+            wait_until(lambda: metric(gw, "sluicegate_pool_queue_depth", pool="m") == 1, 3, "queued")
+        # The client hung up while its request waited in the queue.
+        left_at = time.monotonic()
+        wait_until(lambda: metric(gw, "sluicegate_pool_queue_depth", pool="m") == 0, 1, "queue emptied")
+        assert time.monotonic() - left_at < 1.0
+        assert worker.requests == 1  # the one that held the slot; the queued one never went out
+        holder.join(timeout=5)
+        assert worker.requests == 1

@@ -1,0 +1,144 @@
+"""Sick endpoints through the real gateway: stalled, failing, coming back; retries that must not
+duplicate a stream."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from gateway.config import HealthConfig, ModelConfig, ModelTable, RoutingConfig, Timeouts
+from tests.conftest import GatewayFactory
+from tests.routing.conftest import WorkerFactory, chat, endpoint_view, metric, wait_until
+from tests.servers import listening_socket, run_uvicorn
+from workers.fake.app import create_app as create_fake_worker
+
+FAST = Timeouts(connect=0.5, first_token=0.6, idle=2, total=0.6)
+
+
+def test_a_stalled_endpoint_is_cut_off_ejected_and_readmitted_after_a_trial(
+    make_gateway: GatewayFactory, workers: WorkerFactory
+) -> None:
+    good, good_url = workers()
+    stalled, stalled_url = workers()
+    stalled.stall = True  # takes the connection and the request, never answers a generation
+    health = HealthConfig(failures_to_eject=2, ejection_base=0.5, ejection_max=1, probe_interval=0.2)
+    table = ModelTable(
+        (ModelConfig(name="m", endpoints=(good_url, stalled_url), timeouts=FAST, health=health),)
+    )
+    with make_gateway(table) as gw:
+        key = gw.new_key()["key"]
+        outcomes = []
+        for _ in range(12):
+            started = time.monotonic()
+            reply = chat(gw, key, stream=True)
+            elapsed = time.monotonic() - started
+            assert elapsed < FAST.first_token + 0.5, "a stalled endpoint held a request too long"
+            outcomes.append(reply.status)
+            if reply.status == 504:
+                assert reply.json()["error"]["code"] == "upstream_timeout"
+            if endpoint_view(gw, "m", stalled_url)["state"] == "ejected":
+                break
+        assert endpoint_view(gw, "m", stalled_url)["state"] == "ejected", outcomes
+        assert metric(gw, "sluicegate_endpoint_ejections_total", endpoint=stalled_url) >= 1
+        assert metric(gw, "sluicegate_pool_healthy_endpoints", pool="m") == 1
+        before = stalled.requests
+        for _ in range(5):  # the backoff is long enough for these: none reaches the stalled one
+            assert chat(gw, key).status == 200
+        assert stalled.requests == before
+
+        stalled.stall = False
+
+        # After the backoff one trial request goes to it, and its success re-admits it.
+        def readmitted() -> bool:
+            assert chat(gw, key).status == 200
+            return bool(endpoint_view(gw, "m", stalled_url)["state"] == "healthy")
+
+        wait_until(readmitted, 5, "the recovered endpoint was re-admitted")
+        assert stalled.requests > before
+        assert good.requests > 0
+
+
+def test_an_endpoint_that_accepts_connections_and_never_answers_is_routed_around(
+    make_gateway: GatewayFactory, workers: WorkerFactory
+) -> None:
+    _good, good_url = workers()
+    sock = listening_socket()
+    sock.listen(64)  # the kernel completes handshakes; nobody ever reads or answers
+    black_hole = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    health = HealthConfig(failures_to_eject=1, ejection_base=30, ejection_max=30, probe_interval=0.2)
+    table = ModelTable(
+        (ModelConfig(name="m", endpoints=(black_hole, good_url), timeouts=FAST, health=health),)
+    )
+    try:
+        with make_gateway(table) as gw:
+            key = gw.new_key()["key"]
+            for _ in range(6):
+                started = time.monotonic()
+                reply = chat(gw, key, stream=True)
+                assert time.monotonic() - started < FAST.first_token + 0.5
+                assert reply.status in (200, 504)
+            wait_until(
+                lambda: endpoint_view(gw, "m", black_hole)["state"] in ("ejected", "unhealthy"),
+                3,
+                "the black hole is out of rotation",
+            )
+            for _ in range(5):
+                assert chat(gw, key, stream=True).status == 200
+    finally:
+        sock.close()
+
+
+def test_a_5xx_endpoint_is_ejected_after_n_failures_and_its_503s_are_retried(
+    make_gateway: GatewayFactory, workers: WorkerFactory
+) -> None:
+    _good, good_url = workers()
+    failing, failing_url = workers()
+    failing.fail_status = 503
+    health = HealthConfig(failures_to_eject=3, ejection_base=30, ejection_max=60, probe_interval=30)
+    table = ModelTable((ModelConfig(name="m", endpoints=(good_url, failing_url), health=health),))
+    with make_gateway(table) as gw:
+        key = gw.new_key()["key"]
+        for _ in range(20):
+            assert chat(gw, key).status == 200  # a 503 before the body is retried on the other
+        assert failing.requests == 3
+        assert endpoint_view(gw, "m", failing_url)["state"] == "ejected"
+        assert metric(gw, "sluicegate_endpoint_ejections_total", pool="m", endpoint=failing_url) == 1
+        assert metric(gw, "sluicegate_upstream_retries_total", pool="m") == 3
+
+
+def test_a_stream_that_broke_after_its_first_bytes_is_never_retried(make_gateway: GatewayFactory) -> None:
+    with (
+        run_uvicorn(create_fake_worker(["m"])) as first,
+        run_uvicorn(create_fake_worker(["m"])) as second,
+    ):
+        table = ModelTable(
+            (
+                ModelConfig(
+                    name="m",
+                    endpoints=(first, second),
+                    routing=RoutingConfig(policy="least_loaded"),
+                    health=HealthConfig(failures_to_eject=100),
+                ),
+            )
+        )
+        with make_gateway(table) as gw:
+            key = gw.new_key()["key"]
+            for _ in range(6):
+                request_id = uuid.uuid4().hex
+                reply = chat(
+                    gw,
+                    key,
+                    stream=True,
+                    headers={"x-fake-fail-after": "2", "x-request-id": request_id},
+                )
+                assert reply.status == 200
+                assert b"upstream_error" in reply.body  # the break is reported in the stream
+                seen = [_received(url, request_id) for url in (first, second)]
+                assert sum(seen) == 1, "the request reached a worker twice"
+            assert metric(gw, "sluicegate_upstream_retries_total", pool="m") == 0
+
+
+def _received(worker_url: str, request_id: str) -> bool:
+    from tests.conftest import worker_record
+
+    return worker_record(worker_url, request_id) is not None

@@ -1,0 +1,120 @@
+"""A small programmable worker for routing tests and the routing benchmark.
+
+Unlike the fake worker (programmed per request by headers), this one is programmed per process,
+which is what routing needs: one endpoint slow, one failing, one stalled. It models an engine with
+`capacity` generation slots: requests beyond it wait, and `/metrics` shows running and waiting
+under the contract's names (workers/CONTRACT.md, "Load metrics").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import Counter
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+
+class ProgrammableWorker:
+    def __init__(
+        self, models: tuple[str, ...] = ("m",), *, delay_s: float = 0.0, capacity: int = 1000, tokens: int = 2
+    ) -> None:
+        self.models = models
+        self.delay_s = delay_s
+        self.capacity = capacity
+        self.tokens = tokens
+        self.fail_status: int | None = None  # answer every generation with this status
+        self.health_status = 200
+        self.stall = False  # generations never answer (/health still does)
+        self.requests = 0  # generation requests received
+        self.by_model: Counter[str] = Counter()
+        self.by_user: Counter[str] = Counter()
+        self.running = 0
+        self.waiting = 0
+        self._slots: asyncio.Semaphore | None = None
+        self._ids = itertools.count()
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/models", self.list_models, methods=["GET"]),
+                Route("/health", self.health, methods=["GET"]),
+                Route("/metrics", self.metrics, methods=["GET"]),
+            ]
+        )
+
+    async def _stall(self) -> None:
+        # Polled, not an Event: the flag is flipped from the test's thread, not this loop.
+        while self.stall:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+    async def list_models(self, request: Request) -> Response:
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "test"} for m in self.models]
+        return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+
+    async def health(self, request: Request) -> Response:
+        return Response(b"{}", status_code=self.health_status, media_type="application/json")
+
+    async def metrics(self, request: Request) -> Response:
+        lines = [
+            f'vllm:num_requests_running{{model_name="{m}",engine="0"}} {self.running if i == 0 else 0}'
+            for i, m in enumerate(self.models)
+        ]
+        lines += [f'vllm:num_requests_waiting{{model_name="{self.models[0]}",engine="0"}} {self.waiting}']
+        lines += [f'vllm:kv_cache_usage_perc{{model_name="{self.models[0]}"}} {min(self.running, 1)}']
+        return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+    async def chat(self, request: Request) -> Response:
+        body: dict[str, Any] = orjson.loads(await request.body())
+        self.requests += 1
+        model = body.get("model")
+        self.by_model[str(model)] += 1
+        self.by_user[str(body.get("user"))] += 1
+        await self._stall()
+        if self.fail_status is not None:
+            error = {"error": {"message": "injected", "type": "server_error", "code": self.fail_status}}
+            return Response(orjson.dumps(error), status_code=self.fail_status, media_type="application/json")
+        if model not in self.models:
+            return Response(b'{"error": {"message": "no such model"}}', 404, media_type="application/json")
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.capacity)
+        self.waiting += 1
+        async with self._slots:
+            self.waiting -= 1
+            self.running += 1
+            try:
+                await asyncio.sleep(self.delay_s)
+            finally:
+                self.running -= 1
+        ident = f"c-{next(self._ids)}"
+        if body.get("stream"):
+            return StreamingResponse(self._events(ident, str(model)), media_type="text/event-stream")
+        answer = {
+            "id": ident,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+        return Response(orjson.dumps(answer), media_type="application/json")
+
+    async def _events(self, ident: str, model: str) -> Any:
+        base = {"id": ident, "object": "chat.completion.chunk", "created": 0, "model": model}
+        for i in range(self.tokens):
+            delta = {"index": 0, "delta": {"content": f"t{i} "}, "finish_reason": None}
+            yield b"data: " + orjson.dumps({**base, "choices": [delta]}) + b"\n\n"
+        last = {"index": 0, "delta": {}, "finish_reason": "stop"}
+        yield b"data: " + orjson.dumps({**base, "choices": [last]}) + b"\n\n"
+        usage = {"prompt_tokens": 1, "completion_tokens": self.tokens, "total_tokens": 1 + self.tokens}
+        yield b"data: " + orjson.dumps({**base, "choices": [], "usage": usage}) + b"\n\n"
+        yield b"data: [DONE]\n\n"
