@@ -121,7 +121,9 @@ class Monitor:
     async def _probe(self, pool: Pool, endpoint: Endpoint) -> None:
         timeout = min(pool.model.timeouts.connect, pool.health.probe_interval)
         got = await self._get(endpoint.url + "/health", timeout)
-        ok = got is not None and got[0] == 200
+        # A server without a /health route (404/405) still answered: it is up, and passive
+        # ejection still guards its requests. Only silence, errors and 5xx mark it unhealthy.
+        ok = got is not None and (got[0] == 200 or got[0] in _NO_HEALTH_ROUTE)
         if ok != endpoint.probe_ok and not endpoint.removed:
             log.warning(
                 "endpoint health probe %s pool=%s endpoint=%s",
@@ -158,6 +160,9 @@ class Monitor:
             forget_load(endpoint)
         else:
             apply_load(endpoint, load, self._clock())
+
+
+_NO_HEALTH_ROUTE = frozenset({404, 405})
 
 
 def _model_ids(body: bytes) -> set[str]:

@@ -142,3 +142,24 @@ def _received(worker_url: str, request_id: str) -> bool:
     from tests.conftest import worker_record
 
     return worker_record(worker_url, request_id) is not None
+
+
+def test_the_health_probe_marks_a_failing_worker_unhealthy_but_not_one_without_the_route(
+    make_gateway: GatewayFactory, workers: WorkerFactory
+) -> None:
+    sick, sick_url = workers()
+    no_route, no_route_url = workers()
+    no_route.health_status = 404  # an OpenAI-compatible server that has no /health at all
+    health = HealthConfig(probe_interval=0.2)
+    table = ModelTable((ModelConfig(name="m", endpoints=(sick_url, no_route_url), health=health),))
+    with make_gateway(table) as gw:
+        sick.health_status = 503
+        wait_until(lambda: endpoint_view(gw, "m", sick_url)["state"] == "unhealthy", 3, "503 probes count")
+        time.sleep(0.5)  # a few more probe rounds
+        assert endpoint_view(gw, "m", no_route_url)["state"] == "healthy"
+        key = gw.new_key()["key"]
+        for _ in range(4):
+            assert chat(gw, key).status == 200
+        assert sick.requests == 0
+        sick.health_status = 200
+        wait_until(lambda: endpoint_view(gw, "m", sick_url)["state"] == "healthy", 3, "a passing probe heals")
