@@ -3,15 +3,18 @@ and clients that leave while queued."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 
 from gateway.config import ModelConfig, ModelTable, RoutingConfig
 from tests.conftest import Gateway, GatewayFactory
 from tests.routing.conftest import WorkerFactory, chat, metric, wait_until
+from tests.routing.worker import ProgrammableWorker
 
 SERVICE_S = 0.1
 
@@ -55,17 +58,29 @@ def test_a_light_team_keeps_its_wait_when_a_heavy_team_floods_the_pool(
         assert statistics.median(crowded) <= 2 * statistics.median(alone), (alone, crowded)
 
 
-def test_a_queue_timeout_is_a_503_with_retry_after(
-    make_gateway: GatewayFactory, workers: WorkerFactory
-) -> None:
-    _, url = workers(delay_s=1.5)
-    routing = RoutingConfig(max_inflight_per_endpoint=1, max_queue=10, max_queue_wait=0.3)
+@contextlib.contextmanager
+def _one_slot_taken(
+    make_gateway: GatewayFactory, workers: WorkerFactory, *, delay_s: float, max_queue_wait: float
+) -> Iterator[tuple[Gateway, str, ProgrammableWorker]]:
+    """A pool of one endpoint with one slot, held by a slow request, so the next one queues."""
+    worker, url = workers(delay_s=delay_s)
+    routing = RoutingConfig(max_inflight_per_endpoint=1, max_queue=10, max_queue_wait=max_queue_wait)
     table = ModelTable((ModelConfig(name="m", endpoints=(url,), routing=routing),))
     with make_gateway(table) as gw:
         key = gw.new_key()["key"]
         holder = threading.Thread(target=chat, args=(gw, key))
         holder.start()
         wait_until(lambda: metric(gw, "sluicegate_endpoint_inflight", pool="m") == 1, 3, "slot taken")
+        try:
+            yield gw, key, worker
+        finally:
+            holder.join(timeout=5)
+
+
+def test_a_queue_timeout_is_a_503_with_retry_after(
+    make_gateway: GatewayFactory, workers: WorkerFactory
+) -> None:
+    with _one_slot_taken(make_gateway, workers, delay_s=1.5, max_queue_wait=0.3) as (gw, key, _):
         started = time.monotonic()
         reply = chat(gw, key)
         assert time.monotonic() - started < 1.0
@@ -74,20 +89,12 @@ def test_a_queue_timeout_is_a_503_with_retry_after(
         error = reply.json()["error"]
         assert (error["code"], error["type"]) == ("queue_timeout", "upstream_error")
         assert metric(gw, "sluicegate_queue_rejections_total", pool="m", reason="timeout") == 1
-        holder.join(timeout=5)
 
 
 def test_a_client_that_leaves_while_queued_leaves_the_queue_at_once(
     make_gateway: GatewayFactory, workers: WorkerFactory
 ) -> None:
-    worker, url = workers(delay_s=2.0)
-    routing = RoutingConfig(max_inflight_per_endpoint=1, max_queue=10, max_queue_wait=30)
-    table = ModelTable((ModelConfig(name="m", endpoints=(url,), routing=routing),))
-    with make_gateway(table) as gw:
-        key = gw.new_key()["key"]
-        holder = threading.Thread(target=chat, args=(gw, key))
-        holder.start()
-        wait_until(lambda: metric(gw, "sluicegate_endpoint_inflight", pool="m") == 1, 3, "slot taken")
+    with _one_slot_taken(make_gateway, workers, delay_s=2.0, max_queue_wait=30) as (gw, key, worker):
         body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
         port = int(gw.url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
@@ -102,5 +109,4 @@ def test_a_client_that_leaves_while_queued_leaves_the_queue_at_once(
         wait_until(lambda: metric(gw, "sluicegate_pool_queue_depth", pool="m") == 0, 1, "queue emptied")
         assert time.monotonic() - left_at < 1.0
         assert worker.requests == 1  # the one that held the slot; the queued one never went out
-        holder.join(timeout=5)
-        assert worker.requests == 1
+    assert worker.requests == 1
