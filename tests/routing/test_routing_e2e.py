@@ -5,9 +5,11 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 
+from openai.types.chat import ChatCompletionMessageParam
+
 from gateway.config import HealthConfig, ModelConfig, ModelTable, PoolConfig, RoutingConfig
 from tests.conftest import GatewayFactory
-from tests.http import post, sse_data
+from tests.http import post
 from tests.routing.conftest import WorkerFactory, chat, endpoint_view, metric, wait_until
 from tests.servers import free_port
 
@@ -122,18 +124,19 @@ def test_fallback_model_answers_when_the_pool_has_no_healthy_endpoint(
         )
     )
     with make_gateway(table) as gw:
-        key = gw.new_key()["key"]
-        reply = chat(gw, key, model="primary")
-        assert reply.status == 200
-        assert reply.headers["x-sluicegate-model"] == "backup"
-        assert reply.json()["model"] == "backup"
-        streamed = chat(gw, key, model="primary", stream=True)
-        assert streamed.status == 200
-        assert streamed.headers["x-sluicegate-model"] == "backup"
-        assert b'"model":"backup"' in sse_data(streamed.body)[0]
+        client = gw.client(gw.new_key()["key"])
+        hello: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+        raw = client.chat.completions.with_raw_response.create(model="primary", messages=hello)
+        assert raw.headers["x-sluicegate-model"] == "backup"
+        assert raw.parse().model == "backup"
+        with client.chat.completions.with_streaming_response.create(
+            model="primary", messages=hello, stream=True
+        ) as streamed:
+            assert streamed.headers["x-sluicegate-model"] == "backup"
+            assert {chunk.model for chunk in streamed.parse()} == {"backup"}
         assert backup.by_model["backup-wire"] == 2
         assert metric(gw, "sluicegate_fallbacks_total", model="primary", fallback="backup") == 2
         # The backup model itself answers under its own name too.
-        direct = chat(gw, key, model="backup")
+        direct = client.chat.completions.with_raw_response.create(model="backup", messages=hello)
         assert direct.headers["x-sluicegate-model"] == "backup"
-        assert direct.json()["model"] == "backup"
+        assert direct.parse().model == "backup"
