@@ -30,6 +30,59 @@ def test_the_documented_table_parses() -> None:
     assert table.by_name()["default"] is model
 
 
+def test_discovery_pools_fallbacks_routing_and_health_parse() -> None:
+    doc = {
+        "models": [
+            {
+                "name": "llama",
+                "discovery": {"kubernetes": {"namespace": "llm", "service": "llama-3", "port": 8000}},
+                "fallbacks": ["small"],
+                "routing": {
+                    "policy": "session_affinity",
+                    "max_inflight_per_endpoint": 8,
+                    "max_queue_wait": 5,
+                },
+                "health": {"failures_to_eject": 2, "probe_interval": 1},
+            },
+            {
+                "name": "small",
+                "pools": [
+                    {"name": "stable", "weight": 90, "endpoints": [{"url": "http://a:1"}]},
+                    {
+                        "name": "canary",
+                        "weight": 10,
+                        "upstream_model": "small-v2",
+                        "discovery": {"kubernetes": {"service": "small-canary"}},
+                    },
+                ],
+            },
+        ]
+    }
+    llama, small = parse_model_table(doc).models
+    (pool,) = llama.pool_configs()
+    assert pool.name == "llama"
+    assert pool.kubernetes is not None
+    assert (pool.kubernetes.namespace, pool.kubernetes.service, pool.kubernetes.port) == (
+        "llm",
+        "llama-3",
+        8000,
+    )
+    assert (llama.fallbacks, llama.routing.policy, llama.routing.max_inflight_per_endpoint) == (
+        ("small",),
+        "session_affinity",
+        8,
+    )
+    assert (llama.health.failures_to_eject, llama.health.probe_interval) == (2, 1.0)
+    stable, canary = small.pool_configs()
+    assert (stable.name, stable.weight, stable.endpoints) == ("small/stable", 90.0, ("http://a:1",))
+    assert canary.kubernetes is not None
+    assert (canary.upstream_model, canary.kubernetes.namespace, canary.kubernetes.port) == (
+        "small-v2",
+        None,
+        "http",
+    )
+
+
 def _with(path: str, value: Any) -> dict[str, Any]:
     import copy
 
@@ -56,6 +109,23 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         (_with("endpoints_typo", []), "models[0].endpoints_typo"),
         ({"models": [GOOD["models"][0], {**GOOD["models"][0], "aliases": []}]}, "models[1].name"),
         ({"modles": []}, "modles"),
+        (_with("routing", {"policy": "fastest"}), "models[0].routing.policy"),
+        (_with("routing", {"max_queue_wait": 0}), "models[0].routing.max_queue_wait"),
+        (_with("health", {"failures_to_eject": 1.5}), "models[0].health.failures_to_eject"),
+        (_with("fallbacks", ["nope"]), "models[0].fallbacks[0]"),
+        (_with("fallbacks", ["default"]), "models[0].fallbacks[0]"),  # its own alias
+        (_with("discovery", {"kubernetes": {"service": "s"}}), "models[0].endpoints"),  # and endpoints
+        (
+            {
+                "models": [
+                    {
+                        "name": "m",
+                        "pools": [{"name": "a", "weight": -1, "endpoints": [{"url": "http://a:1"}]}],
+                    }
+                ]
+            },
+            "models[0].pools[0].weight",
+        ),
     ],
 )
 def test_a_bad_field_is_named(doc: dict[str, Any], named: str) -> None:
