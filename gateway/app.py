@@ -125,6 +125,10 @@ def create_app(
         monitor.start()
         # Pools from Kubernetes fill in the background; None when the table names no Service.
         discovery = await start_discovery(settings, table, router)
+        if discovery is None:
+            metrics.discovery_up.set(1)
+        else:
+            metrics.discovery_up.set_function(lambda: 1.0 if discovery.in_sync() else 0.0)
         redis_watch = asyncio.ensure_future(
             watch_redis(redis, metrics.redis_up, timeout_s=settings.redis_timeout_s)
         )

@@ -171,6 +171,12 @@ class Metrics:
             buckets=_QUEUE_WAIT_BUCKETS,
             registry=r,
         )
+        self.discovery_up = Gauge(
+            "sluicegate_discovery_up",
+            "0 while Kubernetes discovery is not connected or a watch is failing (the endpoints in use "
+            "may be stale), else 1 (also when no model comes from Kubernetes).",
+            registry=r,
+        )
         self.redis_up = Gauge(
             "sluicegate_redis_up",
             "1 while this replica's last background PING of Redis succeeded, else 0.",

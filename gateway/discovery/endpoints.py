@@ -151,6 +151,9 @@ class EndpointWatches:
         self._pool_service: dict[str, tuple[str, str]] = {}
         self._stopping: set[asyncio.Task[None]] = set()
 
+    def in_sync(self) -> bool:
+        return all(watched.watch.in_sync for watched in self._services.values())
+
     def watch_for(self, namespace: str, service: str) -> ListWatch | None:
         watched = self._services.get((namespace, service))
         return watched.watch if watched else None

@@ -81,6 +81,15 @@ class Discovery:
     def connected(self) -> bool:
         return self._api is not None
 
+    def in_sync(self) -> bool:
+        """Connected, and every watch listed and not failing now: what `sluicegate_discovery_up`
+        reports (the endpoints in use may be stale while it is 0)."""
+        return (
+            self.endpoints is not None
+            and self.endpoints.in_sync()
+            and all(watch.in_sync for watch in self.service_watches.values())
+        )
+
     def start(self, targets: list[tuple[str, KubernetesTarget]]) -> None:
         self._task = asyncio.create_task(self._run(targets), name="discovery-start")
 

@@ -113,6 +113,13 @@ class ListWatch:
         self._backoff = Backoff(timing.backoff_initial_s, timing.backoff_max_s)
         self._progress = False
         self._known = False
+        self._streaming = False
+
+    @property
+    def in_sync(self) -> bool:
+        """Listed at least once, and watching now (or the last call to the API server did not
+        fail). The backoff is not reset before a stream has proved healthy, so it cannot say."""
+        return self._known and (self._streaming or self._backoff.failures == 0)
 
     async def run(self) -> None:
         fresh_list = False
@@ -162,8 +169,12 @@ class ListWatch:
         self.watches += 1
         started = time.monotonic()
         async with self.collection.watch(self.resource_version) as events:
-            async for event in events:
-                self._handle(event)
+            self._streaming = True
+            try:
+                async for event in events:
+                    self._handle(event)
+            finally:
+                self._streaming = False
         return self._progress or time.monotonic() - started >= self.timing.min_watch_s
 
     def _handle(self, event: JSON) -> None:

@@ -16,9 +16,10 @@ import openai
 import pytest
 
 from gateway.config import KubernetesTarget, ModelConfig, ModelTable
-from tests.conftest import FAKE_MODEL, GatewayFactory
+from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
 from tests.discovery.fake_apiserver import FakeApiServer
 from tests.discovery.objects import endpoint, endpoint_slice, service
+from tests.http import get
 
 T = TypeVar("T")
 NAMESPACE = "llm"
@@ -29,24 +30,24 @@ class ApiServerThread:
     change the cluster while the gateway watches it from its own loop."""
 
     def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         self.server = FakeApiServer()
         self.call(lambda: None)
-        asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
 
     def call(self, fn: Callable[[], T]) -> T:
         async def run() -> T:
             return fn()
 
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
 
     def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
-        self._loop.close()
+        self.loop.close()
 
 
 @pytest.fixture
@@ -77,6 +78,12 @@ def _answers(client: openai.OpenAI, model: str) -> bool:
             raise
         return False
     return reply.model == model and bool(reply.choices[0].message.content)
+
+
+def _discovery_up(gw: Gateway) -> float:
+    lines = get(f"{gw.url}/metrics").body.decode().splitlines()
+    (value,) = [float(line.split()[1]) for line in lines if line.startswith("sluicegate_discovery_up ")]
+    return value
 
 
 def _worker_slice(worker_url: str, *, ready: bool = True) -> dict[str, Any]:
@@ -114,10 +121,15 @@ def test_a_pool_follows_its_service_endpoints(
         ]
         assert [e["url"] for e in pool["endpoints"]] == [fake_worker]
 
-        apiserver.call(
-            lambda: apiserver.server.put("endpointslices", _worker_slice(fake_worker, ready=False))
-        )
+        assert _discovery_up(gw) == 1
+        not_ready = _worker_slice(fake_worker, ready=False)
+        apiserver.call(lambda: apiserver.server.put("endpointslices", not_ready))
         _until(lambda: not _answers(client, "llama"), 10, "a not-ready endpoint takes no traffic")
+
+        asyncio.run_coroutine_threadsafe(apiserver.server.go_down(), apiserver.loop).result(10)
+        _until(lambda: _discovery_up(gw) == 0, 5, "an unreachable API server shows in the metric")
+        asyncio.run_coroutine_threadsafe(apiserver.server.come_back(), apiserver.loop).result(10)
+        _until(lambda: _discovery_up(gw) == 1, 10, "the metric recovers with the API server")
 
 
 def test_a_labelled_service_becomes_a_model(
