@@ -67,7 +67,7 @@ def test_service_monitors_select_the_gateway_and_worker_services(render: Rendere
     assert not rendered(render).of_kind("ServiceMonitor")
 
 
-def test_prometheus_rule_has_the_four_alerts(render: Renderer) -> None:
+def test_prometheus_rule_has_the_alerts(render: Renderer) -> None:
     rule = rendered(render, values=MONITORING).one("PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     (group,) = rule["spec"]["groups"]
@@ -77,6 +77,7 @@ def test_prometheus_rule_has_the_four_alerts(render: Renderer) -> None:
         "SluicegateNoHealthyEndpoints",
         "SluicegateRedisDown",
         "SluicegateQueueWaitHigh",
+        "SluicegateDiscoveryDown",
     } <= set(alerts)
     for alert in alerts.values():
         assert alert["expr"].strip()
@@ -87,6 +88,7 @@ def test_prometheus_rule_has_the_four_alerts(render: Renderer) -> None:
     assert "sluicegate_pool_healthy_endpoints" in alerts["SluicegateNoHealthyEndpoints"]["expr"]
     assert 'code=~"5.."' in alerts["SluicegateHighErrorRate"]["expr"]
     assert "sluicegate_queue_wait_seconds_bucket" in alerts["SluicegateQueueWaitHigh"]["expr"]
+    assert "sluicegate_discovery_up" in alerts["SluicegateDiscoveryDown"]["expr"]
 
 
 def test_scaled_objects_are_well_formed(render: Renderer) -> None:
