@@ -49,15 +49,6 @@ class RecordingSink:
         return [call[2] for call in self.calls if call[0] == "set_endpoints" and call[1] == pool]
 
 
-async def eventually(check: Callable[[], object], what: str, within: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for: {what}")
-        await asyncio.sleep(0.01)
-
-
 def run_with_apiserver(scenario: Callable[[FakeApiServer], Awaitable[None]], logs: list[str]) -> None:
     """Run `scenario` on a fresh event loop with a fake API server; its bearer token must not
     appear in any log line (`logs`: the all_logs fixture)."""

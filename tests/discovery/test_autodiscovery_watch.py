@@ -6,8 +6,9 @@ from pathlib import Path
 
 from gateway.model_table import KubernetesTarget, ModelConfig, ModelTable, PoolConfig
 from tests.discovery.fake_apiserver import FakeApiServer
-from tests.discovery.harness import discovering, eventually, run_with_apiserver
+from tests.discovery.harness import discovering, run_with_apiserver
 from tests.discovery.objects import endpoint, endpoint_slice, service
+from tests.waiting import eventually
 
 SERVICES = "services"
 SLICES = "endpointslices"

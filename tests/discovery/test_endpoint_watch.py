@@ -20,11 +20,11 @@ from tests.discovery.harness import (
     FAST,
     RecordingSink,
     discovering,
-    eventually,
     k8s_model,
     run_with_apiserver,
 )
 from tests.discovery.objects import endpoint, endpoint_slice
+from tests.waiting import eventually
 
 SLICES = "endpointslices"
 TABLE = ModelTable((k8s_model("llama", "llama"),))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +19,7 @@ from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
 from tests.discovery.fake_apiserver import FakeApiServer
 from tests.discovery.objects import endpoint, endpoint_slice, service
 from tests.http import get
+from tests.waiting import wait_until
 
 T = TypeVar("T")
 NAMESPACE = "llm"
@@ -57,17 +57,6 @@ def apiserver() -> Iterator[ApiServerThread]:
         yield thread
     finally:
         thread.close()
-
-
-def _until(check: Callable[[], Any], within_s: float, what: str) -> Any:
-    deadline = time.monotonic() + within_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within_s}s: {what}")
-        time.sleep(0.05)
 
 
 def _answers(client: openai.OpenAI, model: str) -> bool:
@@ -115,7 +104,7 @@ def test_a_pool_follows_its_service_endpoints(
         assert refused.value.status_code == 503  # no endpoint known yet: a clear 503, no hang
 
         apiserver.call(lambda: apiserver.server.put("endpointslices", _worker_slice(fake_worker)))
-        _until(lambda: _answers(client, "llama"), 10, "the discovered endpoint answers")
+        wait_until(lambda: _answers(client, "llama"), 10, "the discovered endpoint answers")
         (pool,) = next(m for m in gw.admin.call("GET", "/admin/v1/models")["data"] if m["name"] == "llama")[
             "pools"
         ]
@@ -124,12 +113,12 @@ def test_a_pool_follows_its_service_endpoints(
         assert _discovery_up(gw) == 1
         not_ready = _worker_slice(fake_worker, ready=False)
         apiserver.call(lambda: apiserver.server.put("endpointslices", not_ready))
-        _until(lambda: not _answers(client, "llama"), 10, "a not-ready endpoint takes no traffic")
+        wait_until(lambda: not _answers(client, "llama"), 10, "a not-ready endpoint takes no traffic")
 
         asyncio.run_coroutine_threadsafe(apiserver.server.go_down(), apiserver.loop).result(10)
-        _until(lambda: _discovery_up(gw) == 0, 5, "an unreachable API server shows in the metric")
+        wait_until(lambda: _discovery_up(gw) == 0, 5, "an unreachable API server shows in the metric")
         asyncio.run_coroutine_threadsafe(apiserver.server.come_back(), apiserver.loop).result(10)
-        _until(lambda: _discovery_up(gw) == 1, 10, "the metric recovers with the API server")
+        wait_until(lambda: _discovery_up(gw) == 1, 10, "the metric recovers with the API server")
 
 
 def test_a_labelled_service_becomes_a_model(
@@ -153,12 +142,12 @@ def test_a_labelled_service_becomes_a_model(
 
         apiserver.call(lambda: apiserver.server.put("services", labelled))
         apiserver.call(lambda: apiserver.server.put("endpointslices", _worker_slice(fake_worker)))
-        _until(
+        wait_until(
             lambda: {m.id for m in client.models.list()} == {"llama-3", "llama"}, 10, "the model is listed"
         )
-        _until(lambda: _answers(client, "llama-3"), 10, "the autodiscovered model answers")
+        wait_until(lambda: _answers(client, "llama-3"), 10, "the autodiscovered model answers")
 
         apiserver.call(lambda: apiserver.server.delete("services", NAMESPACE, "llama"))
-        _until(lambda: [m.id for m in client.models.list()] == [], 10, "the model goes with its Service")
+        wait_until(lambda: [m.id for m in client.models.list()] == [], 10, "the model goes with its Service")
         with pytest.raises(openai.NotFoundError):
             client.chat.completions.create(model="llama-3", messages=[{"role": "user", "content": "hi"}])

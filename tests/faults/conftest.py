@@ -137,10 +137,3 @@ def own_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
         with contextlib.suppress(RuntimeError, ProcessLookupError):
             os.kill(server.pid, signal.SIGCONT)  # a test that failed mid-pause must not leave it stopped
         server.stop()
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)

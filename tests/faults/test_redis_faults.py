@@ -20,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.embedded_redis import EmbeddedRedis
-from tests.faults.conftest import REDIS_TIMEOUT_S, GatewayProcess, StartGateway, wait_for
+from tests.faults.conftest import REDIS_TIMEOUT_S, GatewayProcess, StartGateway
 from tests.faults.load import Client, Outcome, run_load, warm_up
+from tests.waiting import wait_until
 
 FAULT_AT_S = 2.0
 AFTER_FAULT_S = 3.0  # load goes on this long after the fault is lifted
@@ -114,7 +115,7 @@ def _check_answers(
 
 
 def _check_usage(gw: GatewayProcess, team: str, outcomes: list[Outcome]) -> None:
-    wait_for(lambda: gw.metric("sluicegate_metering_pending") == 0, 15, "the meter's queue to drain")
+    wait_until(lambda: gw.metric("sluicegate_metering_pending") == 0, 15, "the meter's queue to drain")
     served: dict[str, Counter[str]] = {}
     for o in outcomes:
         if o.status == 200:

@@ -22,7 +22,8 @@ from gateway.metering import Meter, UsageRecord
 from gateway.metrics import Metrics
 from gateway.spool import Spool
 from tests.conftest import FAKE_MODEL
-from tests.faults.conftest import StartGateway, wait_for
+from tests.faults.conftest import StartGateway
+from tests.waiting import wait_until
 
 HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello spool"}]
 UNREACHABLE = "redis://127.0.0.1:1/0"
@@ -51,13 +52,13 @@ def test_usage_pending_at_shutdown_survives_in_the_spool(
         served[2] += reply.usage.completion_tokens
 
     ask(first.url, 3)  # caches the key, and its usage is written while Redis is up
-    wait_for(lambda: first.metric("sluicegate_metering_pending") == 0, 10, "the first write")
+    wait_until(lambda: first.metric("sluicegate_metering_pending") == 0, 10, "the first write")
     # Paused rather than killed: the meter's write hangs for its whole timeout, the moment a
     # shutdown must not drop the batch in flight.
     os.kill(own_redis.pid, signal.SIGSTOP)
     for tokens in (1, 2, 4, 8, 16):
         ask(first.url, tokens)
-    wait_for(lambda: first.metric("sluicegate_metering_pending") == 5, 10, "5 pending writes")
+    wait_until(lambda: first.metric("sluicegate_metering_pending") == 5, 10, "5 pending writes")
     first.stop()
     lines = spool.read_text().splitlines()
     assert len(lines) == 5, first.log()
@@ -67,10 +68,10 @@ def test_usage_pending_at_shutdown_survives_in_the_spool(
 
     # The next replica starts while Redis is still down: the file stays until its records land.
     second = start_gateway(own_redis.url)
-    wait_for(lambda: second.metric("sluicegate_metering_failures_total") >= 1, 10, "a failed replay")
+    wait_until(lambda: second.metric("sluicegate_metering_failures_total") >= 1, 10, "a failed replay")
     assert spool.exists()
     own_redis.start()
-    wait_for(lambda: not spool.exists(), 15, "the spool to be replayed and removed")
+    wait_until(lambda: not spool.exists(), 15, "the spool to be replayed and removed")
     (row,) = second.usage(team)
     assert (row["requests"], row["prompt_tokens"], row["completion_tokens"]) == tuple(served)
     second.stop()

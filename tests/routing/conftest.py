@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -70,14 +69,6 @@ def metric(gw: Gateway, name: str, **labels: str) -> float:
         if all(found.get(k) == v for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total
-
-
-def wait_until(check: Callable[[], bool], within_s: float, what: str) -> None:
-    deadline = time.monotonic() + within_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within_s}s: {what}")
-        time.sleep(0.02)
 
 
 def one_model(name: str = "m", **fields: Any) -> ModelConfig:

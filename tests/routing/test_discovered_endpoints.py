@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 
 import orjson
 import pytest
@@ -19,6 +18,7 @@ from gateway.routing.pool import PoolUnavailable
 from gateway.routing.router import Router
 from gateway.upstream import Upstream, new_session
 from tests.routing.conftest import WorkerFactory
+from tests.waiting import eventually
 
 POOL = "m/discovered"
 
@@ -46,14 +46,6 @@ async def _send(upstream: Upstream, router: Router) -> None:
     response.release()
 
 
-async def _until(check: object, within_s: float) -> None:
-    assert callable(check)
-    deadline = time.monotonic() + within_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
-
-
 def test_pending_endpoints_take_traffic_only_once_they_serve_the_model(workers: WorkerFactory) -> None:
     right, right_url = workers(models=("m-wire",))
     wrong, wrong_url = workers(models=("something-else",))
@@ -74,7 +66,7 @@ def test_pending_endpoints_take_traffic_only_once_they_serve_the_model(workers: 
             with pytest.raises(PoolUnavailable):
                 pool.try_acquire(RouteRequest("m"), router.rng)
             monitor.start()
-            await _until(lambda: pool.healthy_count() == 1, 3)
+            await eventually(lambda: pool.healthy_count() == 1, "one usable endpoint", within=3)
             await asyncio.sleep(1.2)  # another confirmation round: the wrong one stays pending
             states = {e.url: e.state.value for e in pool.endpoints}
             assert states == {right_url: "healthy", wrong_url: "pending"}
@@ -83,7 +75,7 @@ def test_pending_endpoints_take_traffic_only_once_they_serve_the_model(workers: 
             assert (right.requests, wrong.requests) == (10, 0)
 
             router.set_endpoints(POOL, [wrong_url, later_url])  # `right` is gone
-            await _until(lambda: pool.healthy_count() == 1, 3)
+            await eventually(lambda: pool.healthy_count() == 1, "one usable endpoint", within=3)
             for _ in range(5):
                 await _send(upstream, router)
             assert (right.requests, wrong.requests, later.requests) == (10, 0, 5)

@@ -13,8 +13,9 @@ from collections.abc import Iterator
 
 from gateway.config import ModelConfig, ModelTable, RoutingConfig
 from tests.conftest import Gateway, GatewayFactory
-from tests.routing.conftest import WorkerFactory, chat, metric, wait_until
+from tests.routing.conftest import WorkerFactory, chat, metric
 from tests.routing.worker import ProgrammableWorker
+from tests.waiting import wait_until
 
 SERVICE_S = 0.1
 

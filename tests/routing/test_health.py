@@ -8,8 +8,9 @@ import uuid
 
 from gateway.config import HealthConfig, ModelConfig, ModelTable, RoutingConfig, Timeouts
 from tests.conftest import GatewayFactory
-from tests.routing.conftest import WorkerFactory, chat, endpoint_view, metric, wait_until
+from tests.routing.conftest import WorkerFactory, chat, endpoint_view, metric
 from tests.servers import listening_socket, run_uvicorn
+from tests.waiting import wait_until
 from workers.fake.app import create_app as create_fake_worker
 
 FAST = Timeouts(connect=0.5, first_token=0.6, idle=2, total=0.6)

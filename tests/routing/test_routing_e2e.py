@@ -10,8 +10,9 @@ from openai.types.chat import ChatCompletionMessageParam
 from gateway.config import HealthConfig, ModelConfig, ModelTable, PoolConfig, RoutingConfig
 from tests.conftest import GatewayFactory
 from tests.http import post
-from tests.routing.conftest import WorkerFactory, chat, endpoint_view, metric, wait_until
+from tests.routing.conftest import WorkerFactory, chat, endpoint_view, metric
 from tests.servers import free_port
+from tests.waiting import wait_until
 
 QUICK_PROBES = HealthConfig(probe_interval=0.2)
 
