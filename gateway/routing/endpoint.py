@@ -27,7 +27,6 @@ class Endpoint:
         "failures",
         "hrw_seed",
         "inflight",
-        "inflight_at_scrape",
         "kv_cache_usage",
         "last_probe_at",
         "last_scrape_at",
@@ -58,7 +57,6 @@ class Endpoint:
         self.waiting = 0
         self.kv_cache_usage = 0.0
         self.scraped_at: float | None = None
-        self.inflight_at_scrape = 0
         self.load_base = 0.0
         self.last_probe_at = float("-inf")
         self.last_scrape_at = float("-inf")

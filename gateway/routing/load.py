@@ -75,7 +75,6 @@ def apply_load(endpoint: Endpoint, load: Load, now: float) -> None:
     # add the in-flight count of the moment: subtract the former so it is not counted twice. Never
     # below 0: a request can be in flight here and not yet (or no longer) counted there, and a
     # negative base would pull traffic onto this endpoint until the next scrape.
-    endpoint.inflight_at_scrape = endpoint.inflight
     engine = WAITING_WEIGHT * load.waiting + load.running + load.kv_cache_usage
     endpoint.load_base = max(engine - endpoint.inflight, 0.0)
 
