@@ -33,7 +33,7 @@ def _json(data: object, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
 
-def _guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         services = services_of(request.scope)
         expected = services.settings.admin_token
@@ -251,13 +251,13 @@ async def usage(request: Request, services: Services) -> Response:
 
 def admin_routes() -> list[Route]:
     return [
-        Route("/admin/v1/teams", _guarded(create_team), methods=["POST"]),
-        Route("/admin/v1/teams", _guarded(list_teams), methods=["GET"]),
-        Route("/admin/v1/teams/{team}", _guarded(update_team), methods=["PATCH"]),
-        Route("/admin/v1/keys", _guarded(create_key), methods=["POST"]),
-        Route("/admin/v1/keys", _guarded(list_keys), methods=["GET"]),
-        Route("/admin/v1/keys/{key_id}", _guarded(revoke_key), methods=["DELETE"]),
-        Route("/admin/v1/keys/{key_id}", _guarded(update_key), methods=["PATCH"]),
-        Route("/admin/v1/keys/{key_id}/rotate", _guarded(rotate_key), methods=["POST"]),
-        Route("/admin/v1/usage", _guarded(usage), methods=["GET"]),
+        Route("/admin/v1/teams", guarded(create_team), methods=["POST"]),
+        Route("/admin/v1/teams", guarded(list_teams), methods=["GET"]),
+        Route("/admin/v1/teams/{team}", guarded(update_team), methods=["PATCH"]),
+        Route("/admin/v1/keys", guarded(create_key), methods=["POST"]),
+        Route("/admin/v1/keys", guarded(list_keys), methods=["GET"]),
+        Route("/admin/v1/keys/{key_id}", guarded(revoke_key), methods=["DELETE"]),
+        Route("/admin/v1/keys/{key_id}", guarded(update_key), methods=["PATCH"]),
+        Route("/admin/v1/keys/{key_id}/rotate", guarded(rotate_key), methods=["POST"]),
+        Route("/admin/v1/usage", guarded(usage), methods=["GET"]),
     ]

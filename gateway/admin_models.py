@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.admin import _guarded
+from gateway.admin import guarded
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.pool import Pool
 from gateway.services import Services
@@ -72,4 +72,4 @@ async def list_models(request: Request, services: Services) -> Response:
 
 
 def admin_model_routes() -> list[Route]:
-    return [Route("/admin/v1/models", _guarded(list_models), methods=["GET"])]
+    return [Route("/admin/v1/models", guarded(list_models), methods=["GET"])]
