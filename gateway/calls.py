@@ -10,7 +10,6 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
-from gateway.config import ModelConfig
 from gateway.errors import ErrorCode, GatewayError
 from gateway.ratelimit import Reservation
 
@@ -36,12 +35,13 @@ class Call:
     stream: bool
     wants_usage: bool  # the client itself asked for the streamed usage chunk
 
-    def upstream_body(self, model: ModelConfig) -> bytes:
-        """The body sent to the worker: the upstream model name, and streamed usage always on."""
-        if not self.stream and model.upstream_model is None:
+    def upstream_body(self, wire_model: str) -> bytes:
+        """The body sent to the worker: the name the worker serves, and streamed usage always on.
+        Unchanged bytes when there is nothing to change."""
+        if not self.stream and self.model == wire_model:
             return self.raw
         payload = dict(self.payload)
-        payload["model"] = model.wire_model
+        payload["model"] = wire_model
         if self.stream:
             options = self.payload.get("stream_options") or {}
             payload["stream_options"] = {**options, "include_usage": True}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
 
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive
@@ -54,15 +53,6 @@ def _rewrite_for(pool: Pool, answer_name: str) -> ModelRewrite | None:
     return None if pool.wire_model == answer_name else ModelRewrite(pool.wire_model, answer_name)
 
 
-def _body_for(call: Call) -> Callable[[Pool], bytes]:
-    def body(pool: Pool) -> bytes:
-        if not call.stream and call.model == pool.wire_model:
-            return call.raw
-        return call.upstream_body(pool.body_model)
-
-    return body
-
-
 async def _fetch(
     services: Services,
     requested: ModelRoute,
@@ -74,7 +64,7 @@ async def _fetch(
     upstream = await services.upstream.open(
         services.router.plan(requested),
         call.kind.path,
-        _body_for(call),
+        lambda pool: call.upstream_body(pool.wire_model),
         headers,
         route,
         head_deadline=head_deadline,

@@ -14,7 +14,6 @@ import functools
 import random
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
 from typing import cast
 
 from gateway.errors import ErrorCode, GatewayError
@@ -46,8 +45,6 @@ class Pool:
         self.name = config.name
         self.weight = config.weight
         self.wire_model = config.upstream_model or model.wire_model
-        # What Call.upstream_body reads: the wire name of this pool, whatever the model says.
-        self.body_model = replace(model, upstream_model=self.wire_model)
         self.policy_name = model.routing.policy
         self.policy: Policy = POLICIES[self.policy_name]
         self.scraped = self.policy_name in SCRAPED_POLICIES
