@@ -28,7 +28,8 @@ import uvicorn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gateway.config import ModelConfig, ModelTable, RoutingConfig
-from gateway.metrics import Metrics
+from gateway.observability.metrics import Metrics
+from gateway.proxy.upstream import Upstream, new_session
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.load import Load, apply_load
 from gateway.routing.monitor import Monitor
@@ -39,7 +40,6 @@ from gateway.routing.policy import (
     RouteRequest,
 )
 from gateway.routing.router import Router
-from gateway.upstream import Upstream, new_session
 from tests.routing.worker import ProgrammableWorker
 from tests.servers import listening_socket
 

@@ -14,6 +14,7 @@ import random
 from collections.abc import AsyncIterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -22,26 +23,28 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway import api, calls
-from gateway.admin import admin_routes
-from gateway.admin_models import admin_model_routes
-from gateway.auth import Authenticator
-from gateway.breaker import RedisBreaker
+from gateway.admin.deps import AdminDeps
+from gateway.admin.models import admin_model_routes
+from gateway.admin.routes import admin_routes
 from gateway.config import ModelTable, Settings
 from gateway.discovery.kubernetes import start_discovery
+from gateway.edge import api
+from gateway.edge.middleware import RequestContextMiddleware
 from gateway.errors import ErrorCode, GatewayError, from_http_status
-from gateway.keystore import KeyStore
-from gateway.metering import Meter
-from gateway.metrics import Metrics
-from gateway.middleware import RequestContextMiddleware
-from gateway.ratelimit import RateLimiter
-from gateway.redis_conn import connect_redis
-from gateway.redis_health import watch_redis
+from gateway.keys.auth import Authenticator
+from gateway.keys.store import KeyStore
+from gateway.limits.admission import RateLimiter
+from gateway.metering.meter import Meter
+from gateway.metering.spool import Spool
+from gateway.observability.metrics import Metrics
+from gateway.proxy.dialects import openai
+from gateway.proxy.pipeline import Pipeline
+from gateway.proxy.upstream import Upstream, new_session
+from gateway.redis.breaker import RedisBreaker
+from gateway.redis.client import connect_redis
+from gateway.redis.health import watch_redis
 from gateway.routing.monitor import Monitor
 from gateway.routing.router import Router
-from gateway.services import Services
-from gateway.spool import Spool
-from gateway.upstream import Upstream, new_session
 
 log = logging.getLogger("sluicegate.app")
 
@@ -91,7 +94,7 @@ def create_app(
     router = Router(table, metrics, rng=rng)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Services]]:
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, object]]:
         redis = connect_redis(settings)
         session = new_session()
         keystore = KeyStore(redis)
@@ -100,14 +103,12 @@ def create_app(
         meter.start(spool)
         # A failed call opens it for one Redis timeout: then one request probes again.
         breaker = RedisBreaker(cool_down_s=settings.redis_timeout_s)
-        services = Services(
+        auth = Authenticator(
+            keystore, breaker, cache_ttl_s=settings.key_cache_ttl_s, timeout_s=settings.redis_timeout_s
+        )
+        pipeline = Pipeline(
             settings=settings,
-            redis=redis,
-            router=router,
-            keystore=keystore,
-            auth=Authenticator(
-                keystore, breaker, cache_ttl_s=settings.key_cache_ttl_s, timeout_s=settings.redis_timeout_s
-            ),
+            auth=auth,
             limiter=RateLimiter(
                 redis,
                 metrics,
@@ -115,11 +116,13 @@ def create_app(
                 timeout_s=settings.redis_timeout_s,
                 fail_open=settings.redis_fail_open,
             ),
+            router=router,
+            upstream=Upstream(session, router, metrics),
             meter=meter,
             metrics=metrics,
-            upstream=Upstream(session, router, metrics),
         )
-        invalidations = asyncio.ensure_future(services.auth.follow_invalidations(redis))
+        admin = AdminDeps(settings=settings, keystore=keystore, auth=auth, meter=meter, router=router)
+        invalidations = asyncio.ensure_future(auth.follow_invalidations(redis))
         # Confirms discovered endpoints, probes /health, scrapes load: stopped before the session.
         monitor = Monitor(router, session)
         monitor.start()
@@ -133,7 +136,7 @@ def create_app(
             watch_redis(redis, metrics.redis_up, timeout_s=settings.redis_timeout_s)
         )
         try:
-            yield {"services": services}
+            yield {"pipeline": pipeline, "admin": admin, "auth": auth, "router": router, "redis": redis}
         finally:
             if discovery is not None:
                 await discovery.stop()
@@ -153,11 +156,11 @@ def create_app(
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        services = api.services_of(request.scope)
+        redis: Redis = request.scope["state"]["redis"]
         checks: dict[str, str] = {}
         try:
             async with asyncio.timeout(settings.redis_timeout_s):
-                await services.redis.ping()
+                await redis.ping()
             checks["redis"] = "ok"
         except (RedisError, TimeoutError) as exc:
             checks["redis"] = f"unreachable ({type(exc).__name__})"
@@ -166,9 +169,9 @@ def create_app(
         return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
     routes = [
-        Route("/v1/chat/completions", api.ProxyEndpoint(calls.CHAT), methods=["POST"]),
-        Route("/v1/completions", api.ProxyEndpoint(calls.COMPLETIONS), methods=["POST"]),
-        Route("/v1/embeddings", api.ProxyEndpoint(calls.EMBEDDINGS), methods=["POST"]),
+        Route("/v1/chat/completions", api.ProxyEndpoint(openai.CHAT), methods=["POST"]),
+        Route("/v1/completions", api.ProxyEndpoint(openai.COMPLETIONS), methods=["POST"]),
+        Route("/v1/embeddings", api.ProxyEndpoint(openai.EMBEDDINGS), methods=["POST"]),
         Route("/v1/models", api.list_models, methods=["GET"]),
         *admin_routes(),
         *admin_model_routes(),

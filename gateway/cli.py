@@ -36,7 +36,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import create_app
-    from gateway.logs import configure_logging
+    from gateway.observability.logs import configure_logging
 
     settings = Settings.from_env()
     table = load_table(settings)
@@ -62,7 +62,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from gateway.demo import run_demo
+    from gateway.dev.demo import run_demo
 
     return run_demo(host=args.host, port=args.port)
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.errors import ConfigError
 from gateway.model_table import (
     MODEL_NAME_RE,
-    ConfigError,
     HealthConfig,
     KubernetesTarget,
     ModelConfig,
@@ -26,6 +26,7 @@ from gateway.model_table import (
     load_model_table,
     parse_model_table,
 )
+from gateway.redis.url import validate_redis_url
 
 __all__ = [
     "MODEL_NAME_RE",
@@ -57,7 +58,7 @@ class Settings:
     redis_timeout_s: float = 2.0
     redis_max_connections: int = 256
     log_level: str = "info"
-    # Usage that could not reach Redis by shutdown waits here for the next start (gateway/spool.py).
+    # Usage that could not reach Redis by shutdown waits here for the next start (gateway/metering/spool.py).
     spool_path: str = field(
         default_factory=lambda: os.path.join(tempfile.gettempdir(), "sluicegate-usage.spool")
     )
@@ -85,8 +86,6 @@ class Settings:
             if value <= 0:
                 raise ConfigError(f"{name}: must be positive, got {raw!r}")
             return value
-
-        from gateway.redis_conn import validate_redis_url  # it imports this module
 
         redis_url = env.get("SLUICEGATE_REDIS_URL") or defaults.redis_url
         validate_redis_url(redis_url)

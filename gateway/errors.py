@@ -10,6 +10,8 @@
         409 team_exists
         413 request_too_large
         429 rate_limit_exceeded, insufficient_quota (a token budget is spent)
+        4xx worker_rejected           (a worker refused the request: its status, our envelope)
+        499 (no body)                 (the client left: only in our own logs and metrics)
         500 internal_error            (a bug: logged, never a client's fault)
         502 upstream_error            (the worker failed or answered garbage)
         503 no_healthy_upstream, redis_unavailable,
@@ -53,12 +55,18 @@ class ErrorCode(enum.Enum):
     RATE_LIMIT_EXCEEDED = ("rate_limit_exceeded", 429, "rate_limit_error")
     INSUFFICIENT_QUOTA = ("insufficient_quota", 429, "insufficient_quota")
     INTERNAL_ERROR = ("internal_error", 500, "server_error")
+    # A worker refused the request (4xx): the client gets the worker's status (WorkerRejected).
+    WORKER_REJECTED = ("worker_rejected", 400, "invalid_request_error")
     UPSTREAM_ERROR = ("upstream_error", 502, "upstream_error")
     NO_HEALTHY_UPSTREAM = ("no_healthy_upstream", 503, "upstream_error")
     REDIS_UNAVAILABLE = ("redis_unavailable", 503, "server_error")
     POOL_SATURATED = ("pool_saturated", 503, "upstream_error")
     QUEUE_TIMEOUT = ("queue_timeout", 503, "upstream_error")
     UPSTREAM_TIMEOUT = ("upstream_timeout", 504, "upstream_error")
+
+
+class ConfigError(ValueError):
+    """A bad setting or model table at start: it names the variable or field, never a secret."""
 
 
 class GatewayError(Exception):
@@ -80,11 +88,15 @@ class GatewayError(Exception):
     def status(self) -> int:
         return self.code.status
 
+    @property
+    def error_type(self) -> str:
+        return self.code.error_type
+
     def envelope(self) -> dict[str, dict[str, str | None]]:
         return {
             "error": {
                 "message": self.message,
-                "type": self.code.error_type,
+                "type": self.error_type,
                 "param": self.param,
                 "code": self.code.wire_code,
             }
@@ -100,6 +112,34 @@ class GatewayError(Exception):
     def response(self, extra_headers: Mapping[str, str] | None = None) -> Response:
         headers = {**(extra_headers or {}), **self.headers}
         return Response(self.body(), status_code=self.status, headers=headers, media_type="application/json")
+
+
+# OpenAI's error types by status, for a worker's refusal.
+_TYPES_BY_STATUS = {
+    400: "invalid_request_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+class WorkerRejected(GatewayError):
+    """A worker's 4xx, re-told in the gateway's envelope with the worker's status."""
+
+    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
+        assert 400 <= status < 500
+        super().__init__(ErrorCode.WORKER_REJECTED, message, headers=headers)
+        self._status = status
+
+    @property
+    def status(self) -> int:
+        return self._status
+
+    @property
+    def error_type(self) -> str:
+        return _TYPES_BY_STATUS.get(self._status, "invalid_request_error")
 
 
 _HTTP_STATUS_CODES = {

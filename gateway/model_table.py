@@ -16,16 +16,14 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from gateway.errors import ConfigError
+
 MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 # RFC 1123 label (namespaces) and DNS-1035 label (Services, port names): what the API server accepts.
 _K8S_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _PORT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?$")
 
 POLICY_NAMES = ("least_outstanding", "least_loaded", "session_affinity")
-
-
-class ConfigError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -90,6 +88,9 @@ class ModelConfig:
     fallbacks: tuple[str, ...] = ()
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
+    # The workers put cumulative usage on every streamed chunk when asked (CONTRACT.md SSE-8):
+    # a client that leaves mid-stream is then metered by the worker's own count.
+    continuous_usage: bool = True
 
     @property
     def wire_model(self) -> str:

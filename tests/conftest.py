@@ -23,7 +23,7 @@ import redis
 from gateway.app import create_app
 from gateway.cli import AdminClient
 from gateway.config import ModelConfig, ModelTable, Settings, Timeouts
-from gateway.embedded_redis import EmbeddedRedis
+from gateway.dev.embedded_redis import EmbeddedRedis
 from tests.servers import listening_socket, run_uvicorn
 from workers.fake.app import create_app as create_fake_worker
 

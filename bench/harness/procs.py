@@ -27,7 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
-from gateway.embedded_redis import EmbeddedRedis
+from gateway.dev.embedded_redis import EmbeddedRedis
 from harness.cpu import REPO, find_pids, pin
 
 PR_SET_PDEATHSIG = 1

@@ -19,7 +19,8 @@ from typing import Any, Protocol
 
 from gateway.discovery.sink import DiscoverySink
 from gateway.discovery.watch import JSON
-from gateway.model_table import ConfigError, ModelConfig, PoolConfig, parse_model
+from gateway.errors import ConfigError
+from gateway.model_table import ModelConfig, PoolConfig, parse_model
 
 log = logging.getLogger("sluicegate.discovery")
 

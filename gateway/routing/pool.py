@@ -17,8 +17,8 @@ from collections.abc import Callable, Collection, Sequence
 from typing import cast
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.metrics import Metrics
 from gateway.model_table import ModelConfig, PoolConfig
+from gateway.observability.metrics import Metrics
 from gateway.routing import health
 from gateway.routing.endpoint import Endpoint, EndpointState
 from gateway.routing.fairqueue import FairQueue, QueueFull, QueueTimeout

@@ -14,8 +14,8 @@ import random
 import time
 from collections.abc import Callable, Collection, Iterator
 
-from gateway.metrics import Metrics
 from gateway.model_table import ModelConfig, ModelTable
+from gateway.observability.metrics import Metrics
 from gateway.routing.pool import Pool
 
 

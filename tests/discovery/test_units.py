@@ -15,7 +15,8 @@ import pytest
 from gateway.discovery.autodiscovery import DiscoveredService, build_models, service_pool
 from gateway.discovery.endpoints import endpoint_urls
 from gateway.discovery.watch import Backoff
-from gateway.model_table import ConfigError, KubernetesTarget, PoolConfig
+from gateway.errors import ConfigError
+from gateway.model_table import KubernetesTarget, PoolConfig
 from tests.discovery.label_selectors import matches, parse_selector
 from tests.discovery.objects import endpoint, endpoint_slice, service
 

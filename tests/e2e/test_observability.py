@@ -130,7 +130,7 @@ def test_no_secret_reaches_any_log_line(gateway: Gateway, all_logs: list[str]) -
 
 
 def test_redis_going_away_mid_run_never_breaks_an_answer(make_gateway: GatewayFactory) -> None:
-    from gateway.embedded_redis import EmbeddedRedis
+    from gateway.dev.embedded_redis import EmbeddedRedis
 
     with (
         EmbeddedRedis() as own_redis,

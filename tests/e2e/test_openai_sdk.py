@@ -145,9 +145,14 @@ def test_client_request_id_is_echoed_and_forwarded(gateway: Gateway, fake_worker
         model=FAKE_MODEL, messages=HELLO, extra_headers={"x-request-id": "trace-abc-123"}
     )
     assert reply.headers["x-request-id"] == "trace-abc-123"
-    seen = worker_record(fake_worker, "trace-abc-123")
+    # The worker knows the request by the gateway's own id, and gets the client's beside it.
+    ours = reply.headers["x-sluicegate-request-id"]
+    assert ours != "trace-abc-123"
+    seen = worker_record(fake_worker, ours)
     assert seen is not None
+    assert seen["request_id"] == ours
     assert seen["state"] == "completed"
+    assert seen["headers"]["x-client-request-id"] == "trace-abc-123"
 
 
 def test_models_list_shows_only_what_the_key_may_use(gateway: Gateway) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gateway.cli import AdminClient
-from gateway.embedded_redis import EmbeddedRedis
+from gateway.dev.embedded_redis import EmbeddedRedis
 from tests.conftest import FAKE_MODEL
 from tests.http import get, post
 from tests.servers import free_port

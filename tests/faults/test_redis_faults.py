@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.embedded_redis import EmbeddedRedis
+from gateway.dev.embedded_redis import EmbeddedRedis
 from tests.faults.conftest import REDIS_TIMEOUT_S, GatewayProcess, StartGateway
 from tests.faults.load import Client, Outcome, run_load, warm_up
 from tests.waiting import wait_until

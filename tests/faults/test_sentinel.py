@@ -18,8 +18,8 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from gateway.cli import CliError
 from gateway.config import ConfigError, Settings
-from gateway.embedded_redis import EmbeddedRedis
-from gateway.redis_conn import SentinelURL, parse_sentinel_url
+from gateway.dev.embedded_redis import EmbeddedRedis
+from gateway.redis.url import SentinelURL, parse_sentinel_url
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
 from tests.http import get
 from tests.servers import free_port

@@ -17,10 +17,11 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 from redis.asyncio import Redis
 
-from gateway.embedded_redis import EmbeddedRedis
-from gateway.metering import Meter, UsageRecord
-from gateway.metrics import Metrics
-from gateway.spool import Spool
+from gateway.dev.embedded_redis import EmbeddedRedis
+from gateway.metering.meter import Meter
+from gateway.metering.record import UsageRecord
+from gateway.metering.spool import Spool
+from gateway.observability.metrics import Metrics
 from tests.conftest import FAKE_MODEL
 from tests.faults.conftest import StartGateway
 from tests.waiting import wait_until

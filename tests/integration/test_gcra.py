@@ -10,12 +10,13 @@ from typing import TypeVar
 
 from redis.asyncio import Redis
 
-from gateway import redis_keys
-from gateway.breaker import RedisBreaker
-from gateway.embedded_redis import EmbeddedRedis
-from gateway.metering import Meter, UsageRecord
-from gateway.metrics import Metrics
-from gateway.ratelimit import BUDGET, CONCURRENCY, REQUESTS, TOKENS, Limit, RateLimiter, Reservation
+from gateway.dev.embedded_redis import EmbeddedRedis
+from gateway.limits.admission import Limit, LimitKind, RateLimiter, Reservation
+from gateway.metering.meter import Meter
+from gateway.metering.record import UsageRecord
+from gateway.observability.metrics import Metrics
+from gateway.redis import keys as redis_keys
+from gateway.redis.breaker import RedisBreaker
 
 T = TypeVar("T")
 ONE = Reservation(0, 0)
@@ -37,7 +38,7 @@ def _team() -> str:
 
 
 def test_concurrent_admissions_never_exceed_the_limit(redis_server: EmbeddedRedis) -> None:
-    limit = Limit(REQUESTS, redis_keys.rate_limit(_team(), "key:k1:rpm"), 10, "k1")
+    limit = Limit(LimitKind.REQUESTS, redis_keys.rate_limit(_team(), "key:k1:rpm"), 10, "k1")
 
     async def scenario(limiter: RateLimiter, redis: Redis) -> list[bool]:
         results = await asyncio.gather(*(limiter.admit([limit], f"r{i}", ONE) for i in range(50)))
@@ -48,8 +49,8 @@ def test_concurrent_admissions_never_exceed_the_limit(redis_server: EmbeddedRedi
 
 def test_a_denial_charges_no_limit_and_names_the_one_that_refused(redis_server: EmbeddedRedis) -> None:
     team = _team()
-    tight = Limit(REQUESTS, redis_keys.rate_limit(team, "key:tight"), 2, "tight")
-    loose = Limit(REQUESTS, redis_keys.rate_limit(team, "team"), 100, "loose")
+    tight = Limit(LimitKind.REQUESTS, redis_keys.rate_limit(team, "key:tight"), 2, "tight")
+    loose = Limit(LimitKind.REQUESTS, redis_keys.rate_limit(team, "team"), 100, "loose")
 
     async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[list[bool], str | None, int]:
         results = [await limiter.admit([loose, tight], f"r{i}", ONE) for i in range(4)]
@@ -68,7 +69,7 @@ def test_a_denial_charges_no_limit_and_names_the_one_that_refused(redis_server: 
 
 
 def test_the_limit_refills_at_its_rate(redis_server: EmbeddedRedis) -> None:
-    limit = Limit(REQUESTS, redis_keys.rate_limit(_team(), "fast"), 5, "fast", period_s=0.5)
+    limit = Limit(LimitKind.REQUESTS, redis_keys.rate_limit(_team(), "fast"), 5, "fast", period_s=0.5)
 
     async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[int, float, bool]:
         burst = [await limiter.admit([limit], f"r{i}", ONE) for i in range(6)]
@@ -84,7 +85,7 @@ def test_the_limit_refills_at_its_rate(redis_server: EmbeddedRedis) -> None:
 
 def test_concurrency_slots_are_held_until_settled(redis_server: EmbeddedRedis) -> None:
     team = _team()
-    slots = Limit(CONCURRENCY, redis_keys.rate_limit(team, "key:k:conc"), 2, "slots")
+    slots = Limit(LimitKind.CONCURRENCY, redis_keys.rate_limit(team, "key:k:conc"), 2, "slots")
 
     async def scenario(limiter: RateLimiter, redis: Redis) -> list[bool]:
         meter = Meter(redis, Metrics(), timeout_s=2)
@@ -100,8 +101,8 @@ def test_concurrency_slots_are_held_until_settled(redis_server: EmbeddedRedis) -
 
 def test_token_reservations_are_settled_to_the_real_usage(redis_server: EmbeddedRedis) -> None:
     team = _team()
-    tpm = Limit(TOKENS, redis_keys.rate_limit(team, "team:tpm"), 1000, "tpm")
-    budget = Limit(BUDGET, redis_keys.rate_limit(team, "budget:d:x"), 1500, "daily", period_s=3600)
+    tpm = Limit(LimitKind.TOKENS, redis_keys.rate_limit(team, "team:tpm"), 1000, "tpm")
+    budget = Limit(LimitKind.BUDGET, redis_keys.rate_limit(team, "budget:d:x"), 1500, "daily", period_s=3600)
 
     async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[int, int, int, bool, str]:
         meter = Meter(redis, Metrics(), timeout_s=2)
@@ -119,7 +120,7 @@ def test_token_reservations_are_settled_to_the_real_usage(redis_server: Embedded
     assert 845 <= after <= 851  # 850 left, give or take the refill since
     assert used == 150
     assert not allowed
-    assert refused_by == TOKENS  # 1400 > what the minute has left, checked before the budget
+    assert refused_by is LimitKind.TOKENS  # 1400 > what the minute has left, checked before the budget
 
 
 def _usage(team: str, request_id: str, settlements: list[tuple[str, str, str]]) -> UsageRecord:

@@ -7,9 +7,10 @@ import datetime as dt
 
 from redis.asyncio import Redis
 
-from gateway.embedded_redis import EmbeddedRedis
-from gateway.metering import Meter, UsageRecord
-from gateway.metrics import Metrics
+from gateway.dev.embedded_redis import EmbeddedRedis
+from gateway.metering.meter import Meter
+from gateway.metering.record import UsageRecord
+from gateway.observability.metrics import Metrics
 
 
 def _record(request_id: str, day: str, model: str = "m", prompt: int = 3, completion: int = 5) -> UsageRecord:

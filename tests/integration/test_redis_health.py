@@ -8,10 +8,10 @@ import contextlib
 from prometheus_client import CollectorRegistry
 
 from gateway.config import Settings
-from gateway.embedded_redis import EmbeddedRedis
-from gateway.metrics import Metrics
-from gateway.redis_conn import connect_redis
-from gateway.redis_health import watch_redis
+from gateway.dev.embedded_redis import EmbeddedRedis
+from gateway.observability.metrics import Metrics
+from gateway.redis.client import connect_redis
+from gateway.redis.health import watch_redis
 from tests.servers import free_port
 
 

@@ -11,12 +11,12 @@ import orjson
 import pytest
 
 from gateway.config import HealthConfig, KubernetesTarget, ModelConfig, ModelTable, PoolConfig
-from gateway.metrics import Metrics
+from gateway.observability.metrics import Metrics
+from gateway.proxy.upstream import Upstream, new_session
 from gateway.routing.monitor import Monitor
 from gateway.routing.policy import RouteRequest
 from gateway.routing.pool import PoolUnavailable
 from gateway.routing.router import Router
-from gateway.upstream import Upstream, new_session
 from tests.routing.conftest import WorkerFactory
 from tests.waiting import eventually
 

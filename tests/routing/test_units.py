@@ -11,7 +11,7 @@ import pytest
 
 from gateway.config import HealthConfig, ModelConfig, RoutingConfig
 from gateway.errors import GatewayError
-from gateway.metrics import Metrics
+from gateway.observability.metrics import Metrics
 from gateway.routing import health
 from gateway.routing.endpoint import Endpoint, EndpointState
 from gateway.routing.load import Load, apply_load, parse_load

@@ -9,7 +9,7 @@ import pytest
 from redis.asyncio.connection import Connection
 
 from gateway.config import Settings
-from gateway.redis_conn import connect_redis
+from gateway.redis.client import connect_redis
 
 COMMANDS: list[tuple[Any, ...]] = [
     ("EVALSHA", "a" * 40, 2, "sg:{t:ml}:rl:key:k1:rpm", "sg:{t:ml}:rl:team:rpm", "req-1", "g", 60, 60.0, 1),

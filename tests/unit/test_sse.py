@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.sse import SSEParser
+from gateway.proxy.sse import SSEParser
 
 VLLM_STREAM = (
     b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'

@@ -60,8 +60,11 @@ class RequestRecords:
         self._records: OrderedDict[str, RequestRecord] = OrderedDict()
 
     def add(self, record: RequestRecord) -> None:
-        self._records.pop(record.request_id, None)
-        self._records[record.request_id] = record
+        # Behind the gateway, x-request-id is the gateway's id; a test knows the request by the
+        # id it sent, which arrives as x-client-request-id: the record answers to both.
+        for request_id in {record.request_id, record.headers.get("x-client-request-id") or record.request_id}:
+            self._records.pop(request_id, None)
+            self._records[request_id] = record
         while len(self._records) > self._limit:
             self._records.popitem(last=False)
 

@@ -8,8 +8,8 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.context import RequestContext, request_id_from
-from gateway.metrics import UNKNOWN_MODEL, Metrics
+from gateway.observability.metrics import UNKNOWN_MODEL, Metrics
+from gateway.proxy.context import RequestContext, client_request_id, new_request_id
 
 access_log = logging.getLogger("sluicegate.access")
 _QUIET_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
@@ -29,14 +29,18 @@ class RequestContextMiddleware:
             if name == b"x-request-id":
                 incoming = value.decode("latin-1")
                 break
-        ctx = RequestContext(request_id=request_id_from(incoming))
+        ctx = RequestContext(request_id=new_request_id(), client_request_id=client_request_id(incoming))
         scope.setdefault("state", {})["ctx"] = ctx
-        rid_header = (b"x-request-id", ctx.request_id.encode())
+        # The client's id is echoed back as it sent it; the gateway's own always comes too.
+        id_headers = (
+            (b"x-request-id", (ctx.client_request_id or ctx.request_id).encode()),
+            (b"x-sluicegate-request-id", ctx.request_id.encode()),
+        )
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 ctx.status = message["status"]
-                message["headers"] = [*message.get("headers", ()), rid_header]
+                message["headers"] = [*message.get("headers", ()), *id_headers]
             await send(message)
 
         try:
@@ -47,6 +51,8 @@ class RequestContextMiddleware:
     def _finish(self, scope: Scope, ctx: RequestContext) -> None:
         elapsed = time.perf_counter() - ctx.started
         path: str = scope["path"]
+        # A client chooses the path: a decoded newline must not forge a log line.
+        shown = path if path.isprintable() else path.encode("unicode_escape").decode("ascii")
         status = ctx.status or 500
         if path.startswith("/v1/"):
             model = ctx.model or UNKNOWN_MODEL
@@ -57,11 +63,13 @@ class RequestContextMiddleware:
         if access_log.isEnabledFor(level):
             access_log.log(
                 level,
-                "request_id=%s method=%s path=%s status=%d duration_ms=%.1f model=%s team=%s "
-                "key_id=%s prompt_tokens=%d completion_tokens=%d outcome=%s",
+                "request_id=%s client_request_id=%s api=%s method=%s path=%s status=%d duration_ms=%.1f "
+                "model=%s team=%s key_id=%s prompt_tokens=%d completion_tokens=%d outcome=%s",
                 ctx.request_id,
+                ctx.client_request_id or "-",
+                ctx.api or "-",
                 scope["method"],
-                path,
+                shown,
                 status,
                 elapsed * 1000,
                 ctx.model or "-",

@@ -16,16 +16,22 @@ import os
 import typing
 from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
-from gateway.metering import UsageRecord
-
-if TYPE_CHECKING:
-    from gateway.metering import Meter
+from gateway.metering.record import UsageRecord
 
 log = logging.getLogger("sluicegate.spool")
+
+
+class Queue(Protocol):
+    """What replay needs of the meter."""
+
+    def submit(self, usage: UsageRecord) -> None: ...
+
+    async def flush(self) -> bool: ...
+
 
 _FIELD_TYPES = typing.get_type_hints(UsageRecord)
 # A spool written by an older version may lack fields added since, if they have defaults.
@@ -114,7 +120,7 @@ class Spool:
             self.path.unlink()
         self._loaded = False
 
-    def start_replay(self, meter: Meter) -> None:
+    def start_replay(self, meter: Queue) -> None:
         """Queues the file's records and removes the file once a flush has written them."""
         records = self.load()
         for record in records:
@@ -130,7 +136,7 @@ class Spool:
                 await self._replay
             self._replay = None
 
-    async def _remove_when_flushed(self, meter: Meter) -> None:
+    async def _remove_when_flushed(self, meter: Queue) -> None:
         # A True flush leaves the queue empty, so every replayed record was written by then
         # (by this call or by the meter's own flusher).
         backoff = 0.1

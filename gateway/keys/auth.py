@@ -19,11 +19,11 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.datastructures import Headers
 
-from gateway import redis_keys
-from gateway.breaker import RedisBreaker
 from gateway.errors import ErrorCode, GatewayError
-from gateway.keystore import KeyRecord, KeyStore, hash_secret
-from gateway.limits import NO_LIMITS, LimitSet
+from gateway.keys.store import KeyRecord, KeyStore, hash_secret
+from gateway.limits.spec import NO_LIMITS, LimitSet
+from gateway.redis import keys as redis_keys
+from gateway.redis.breaker import RedisBreaker
 
 _MAX_CACHED = 50_000
 log = logging.getLogger("sluicegate.auth")

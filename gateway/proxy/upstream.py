@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.metrics import Metrics
+from gateway.observability.metrics import Metrics
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.policy import RouteRequest
 from gateway.routing.pool import Pool, PoolUnavailable
@@ -64,6 +64,10 @@ class UpstreamResponse:
         self.pool.release(self.endpoint)
 
 
+class WorkerBroken(Exception):
+    """Every attempt in a pool got an answer that is not HTTP: a 502, unlike an unreachable pool."""
+
+
 def new_session() -> aiohttp.ClientSession:
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=10, keepalive_timeout=30)
     return aiohttp.ClientSession(
@@ -96,6 +100,7 @@ class Upstream:
 
         `stream`: the caller reports the health verdict itself once the first event arrives."""
         failures: list[str] = []
+        broken: WorkerBroken | None = None
         requested = pools[0].model.name if pools else route.model
         for i, pool in enumerate(pools):
             if i and pool.model.name != pools[i - 1].model.name and pool.model.name != requested:
@@ -107,6 +112,10 @@ class Upstream:
                 )
             except PoolUnavailable as exc:
                 failures.append(str(exc))
+            except WorkerBroken as exc:
+                broken = broken or exc
+        if broken is not None:
+            raise GatewayError(ErrorCode.UPSTREAM_ERROR, str(broken))
         raise GatewayError(
             ErrorCode.NO_HEALTHY_UPSTREAM,
             f"No worker for model '{requested}' is available: {'; '.join(failures) or 'no pool'}.",
@@ -129,6 +138,7 @@ class Upstream:
         loop = asyncio.get_running_loop()
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=model.timeouts.connect)
         tried: list[Endpoint] = []
+        bad_answers = 0
         last_failure = "no endpoint is configured"
         for attempt in range(_ATTEMPTS_PER_POOL):
             if attempt:
@@ -145,10 +155,15 @@ class Upstream:
             verdict: bool | None = None
             try:
                 async with asyncio.timeout_at(head_deadline):
+                    # A worker that redirects is misconfigured: never follow it elsewhere.
                     response = await self._session.post(
-                        endpoint.url + path, data=body, headers=headers, timeout=timeout
+                        endpoint.url + path,
+                        data=body,
+                        headers=headers,
+                        timeout=timeout,
+                        allow_redirects=False,
                     )
-                if response.status >= 500:
+                if response.status >= 500 or 300 <= response.status < 400:
                     verdict = False
                     final = last and attempt + 1 == _ATTEMPTS_PER_POOL
                     if response.status in _RETRYABLE_STATUS and not final:
@@ -173,6 +188,19 @@ class Upstream:
                     endpoint.url,
                     type(exc).__name__,
                 )
+            except (aiohttp.ClientError, ValueError) as exc:
+                # A response head that is not HTTP (a bad status line, an oversized header, a
+                # content-length that is not a number): the worker is broken, not unreachable.
+                verdict = False
+                bad_answers += 1
+                self._metrics.upstream_errors.labels(model.name, "bad_response").inc()
+                last_failure = f"{endpoint.url} answered with a malformed response"
+                log.warning(
+                    "upstream malformed answer model=%s endpoint=%s error=%s",
+                    model.name,
+                    endpoint.url,
+                    type(exc).__name__,
+                )
             except TimeoutError:
                 verdict = False
                 self._metrics.upstream_errors.labels(model.name, "timeout").inc()
@@ -185,4 +213,6 @@ class Upstream:
                 if not handed_over:
                     pool.report(endpoint, verdict, trial=trial)
                     pool.release(endpoint)
+        if bad_answers:
+            raise WorkerBroken(f"The worker for model '{model.name}' answered with a malformed response.")
         raise PoolUnavailable(f"pool '{pool.name}': {last_failure}")

@@ -16,17 +16,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.api import services_of
-from gateway.auth import bearer_token
-from gateway.calls import read_body
+from gateway.admin.deps import AdminDeps
 from gateway.config import MODEL_NAME_RE
 from gateway.errors import ErrorCode, GatewayError
-from gateway.keystore import TEAM_NAME_RE, KeyNotFoundError, TeamExistsError, TeamNotFoundError
-from gateway.limits import LimitSet, parse_limits
-from gateway.services import Services
+from gateway.keys.auth import bearer_token
+from gateway.keys.store import TEAM_NAME_RE, KeyNotFoundError, TeamExistsError, TeamNotFoundError
+from gateway.limits.spec import LimitSet, parse_limits
+from gateway.proxy.pipeline import read_body
 
 _ADMIN_BODY_LIMIT = 64 * 1024
-Handler = Callable[[Request, Services], Awaitable[Response]]
+Handler = Callable[[Request, AdminDeps], Awaitable[Response]]
 
 
 def _json(data: object, status: int = 200) -> Response:
@@ -35,7 +34,7 @@ def _json(data: object, status: int = 200) -> Response:
 
 def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        services = services_of(request.scope)
+        services = AdminDeps.of(request.scope)
         expected = services.settings.admin_token
         if not expected:
             raise GatewayError(
@@ -87,7 +86,7 @@ def _team_name(value: Any, param: str = "team") -> str:
     return value
 
 
-async def create_team(request: Request, services: Services) -> Response:
+async def create_team(request: Request, services: AdminDeps) -> Response:
     body = await _json_body(request)
     name = _team_name(body.get("name"), "name")
     try:
@@ -107,7 +106,7 @@ def _changes(body: dict[str, Any], *, budgets: bool) -> tuple[LimitSet, set[str]
     return parse_limits(body, budgets=budgets), set(cleared)
 
 
-async def update_team(request: Request, services: Services) -> Response:
+async def update_team(request: Request, services: AdminDeps) -> Response:
     name = _team_name(request.path_params["team"], "team")
     changes, cleared = _changes(await _json_body(request), budgets=True)
     try:
@@ -118,7 +117,7 @@ async def update_team(request: Request, services: Services) -> Response:
     return _json({"name": name, "limits": limits.as_dict()})
 
 
-async def update_key(request: Request, services: Services) -> Response:
+async def update_key(request: Request, services: AdminDeps) -> Response:
     key_id = request.path_params["key_id"]
     changes, cleared = _changes(await _json_body(request), budgets=False)
     try:
@@ -128,11 +127,11 @@ async def update_key(request: Request, services: Services) -> Response:
     return _json(record.public())
 
 
-async def list_teams(request: Request, services: Services) -> Response:
+async def list_teams(request: Request, services: AdminDeps) -> Response:
     return _json({"object": "list", "data": [{"name": t} for t in await services.keystore.list_teams()]})
 
 
-async def create_key(request: Request, services: Services) -> Response:
+async def create_key(request: Request, services: AdminDeps) -> Response:
     body = await _json_body(request)
     team = _team_name(body.get("team"))
     name = body.get("name", "")
@@ -184,7 +183,7 @@ def _expiry(value: Any) -> float | None:
     )
 
 
-async def list_keys(request: Request, services: Services) -> Response:
+async def list_keys(request: Request, services: AdminDeps) -> Response:
     team = _team_name(request.query_params.get("team"))
     if not await services.keystore.team_exists(team):
         raise _no_team(team)
@@ -192,7 +191,7 @@ async def list_keys(request: Request, services: Services) -> Response:
     return _json({"object": "list", "data": [k.public() for k in keys]})
 
 
-async def revoke_key(request: Request, services: Services) -> Response:
+async def revoke_key(request: Request, services: AdminDeps) -> Response:
     key_id = request.path_params["key_id"]
     try:
         record, hashes = await services.keystore.revoke(key_id)
@@ -203,7 +202,7 @@ async def revoke_key(request: Request, services: Services) -> Response:
     return _json(record.public())
 
 
-async def rotate_key(request: Request, services: Services) -> Response:
+async def rotate_key(request: Request, services: AdminDeps) -> Response:
     key_id = request.path_params["key_id"]
     grace = (await _json_body(request)).get("grace_seconds", 0)
     if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= 90 * 86400:
@@ -231,7 +230,7 @@ def _date(request: Request, name: str) -> dt.date | None:
         ) from None
 
 
-async def usage(request: Request, services: Services) -> Response:
+async def usage(request: Request, services: AdminDeps) -> Response:
     team = request.query_params.get("team")
     teams = [_team_name(team)] if team else await services.keystore.list_teams()
     rows = await services.meter.report(teams, _date(request, "since"), _date(request, "until"))

@@ -1,6 +1,6 @@
 """Admission: every limit of a request (requests, tokens and concurrency per key, team and model,
-and team token budgets) checked and charged by one Lua script (gateway/lua/admit.lua) in one
-Redis round trip; settled with the real usage by gateway/lua/settle.lua when the request ends.
+and team token budgets) checked and charged by one Lua script (gateway/redis/lua/admit.lua) in one
+Redis round trip; settled with the real usage by gateway/redis/lua/settle.lua when the request ends.
 
 A limit of N per minute allows a burst of N and then one unit per 60/N s (GCRA, the smooth
 equivalent of a sliding window). Token limits and budgets charge a reservation at admission (the
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,26 +20,38 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway import redis_keys
-from gateway.breaker import RedisBreaker
 from gateway.errors import ErrorCode, GatewayError
-from gateway.limits import LimitSet
-from gateway.metrics import Metrics
-from gateway.scripts import load_script
+from gateway.limits.spec import LimitSet, TokenCount
+from gateway.observability.metrics import Metrics
+from gateway.redis import keys as redis_keys
+from gateway.redis.breaker import RedisBreaker
+from gateway.redis.scripts import load_script
 
-REQUESTS, TOKENS, CONCURRENCY, BUDGET = "requests", "tokens", "concurrency", "budget"
-_SCRIPT_KIND = {REQUESTS: "g", TOKENS: "g", CONCURRENCY: "c", BUDGET: "b"}
+
+class LimitKind(enum.Enum):
+    """What a limit counts; the value is the letter admit.lua and settle.lua know it by."""
+
+    def __init__(self, label: str, script_kind: str) -> None:
+        self.label = label
+        self.script_kind = script_kind
+
+    REQUESTS = ("requests", "g")  # GCRA, one per request
+    TOKENS = ("tokens", "g")  # GCRA, the reserved tokens
+    CONCURRENCY = ("concurrency", "c")  # slots, one per request in flight
+    BUDGET = ("budget", "b")  # tokens per calendar period
+
+
 # A slot outlives a replica that died mid-request by this much at most.
 CONCURRENCY_LEASE_S = 900.0
 
 
 @dataclass(frozen=True, slots=True)
 class Limit:
-    kind: str  # REQUESTS, TOKENS, CONCURRENCY or BUDGET
+    kind: LimitKind
     redis_key: str
     amount: int  # per minute, in flight, or tokens per period
     description: str  # names the limit in a 429, e.g. "team ml tokens per minute"
-    counts: str = "total"  # which tokens a TOKENS limit counts
+    counts: TokenCount = TokenCount.TOTAL  # which tokens a TOKENS limit counts
     period_s: float = 60.0  # BUDGET: seconds until the period ends
 
 
@@ -47,10 +60,10 @@ class Reservation:
     prompt_tokens: int
     completion_tokens: int
 
-    def tokens(self, counts: str) -> int:
-        if counts == "input":
+    def tokens(self, counts: TokenCount) -> int:
+        if counts == TokenCount.INPUT:
             return self.prompt_tokens
-        if counts == "output":
+        if counts == TokenCount.OUTPUT:
             return self.completion_tokens
         return self.prompt_tokens + self.completion_tokens
 
@@ -63,14 +76,6 @@ class LimitState:
     retry_after_s: float
 
 
-def _duration(seconds: float) -> str:
-    """OpenAI writes reset times as durations such as '1s', '6m0s' or '20ms'."""
-    if seconds < 1:
-        return f"{max(0, round(seconds * 1000))}ms"
-    minutes, secs = divmod(math.ceil(seconds), 60)
-    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
-
-
 @dataclass(frozen=True, slots=True)
 class Admission:
     allowed: bool
@@ -79,26 +84,19 @@ class Admission:
     request_id: str = ""
     reservation: Reservation = Reservation(0, 0)
 
-    def headers(self) -> dict[str, str]:
-        """OpenAI's x-ratelimit-* headers, each from the tightest limit of its kind."""
-        headers: dict[str, str] = {}
-        for kind, suffix in ((REQUESTS, "requests"), (TOKENS, "tokens")):
-            states = [s for s in self.states if s.limit.kind == kind]
-            if not states:
-                continue
-            denied = self.denied_by if self.denied_by and self.denied_by.limit.kind == kind else None
-            tightest = denied or min(states, key=lambda s: s.remaining)
-            headers[f"x-ratelimit-limit-{suffix}"] = str(tightest.limit.amount)
-            headers[f"x-ratelimit-remaining-{suffix}"] = str(max(tightest.remaining, 0))
-            headers[f"x-ratelimit-reset-{suffix}"] = _duration(tightest.reset_after_s)
-        return headers
+    def tightest(self, kind: LimitKind) -> LimitState | None:
+        """The state a client should see for one kind of limit: the one that refused, else the
+        one with the least left."""
+        if self.denied_by is not None and self.denied_by.limit.kind is kind:
+            return self.denied_by
+        return min((s for s in self.states if s.limit.kind is kind), key=lambda s: s.remaining, default=None)
 
     def error(self) -> GatewayError:
         assert self.denied_by is not None
         limit = self.denied_by.limit
         retry_after = max(1, math.ceil(self.denied_by.retry_after_s))
-        headers = {"retry-after": str(retry_after), **self.headers()}
-        if limit.kind == BUDGET:
+        headers = {"retry-after": str(retry_after)}
+        if limit.kind is LimitKind.BUDGET:
             return GatewayError(
                 ErrorCode.INSUFFICIENT_QUOTA,
                 f"Token budget exhausted: {limit.description} ({limit.amount} tokens). "
@@ -117,16 +115,22 @@ class Admission:
         out: list[tuple[str, str, str]] = []
         for state in self.states:
             limit = state.limit
-            if limit.kind == TOKENS:
+            if limit.kind is LimitKind.TOKENS:
                 give_back = self.reservation.tokens(limit.counts) - actual.tokens(limit.counts)
                 if give_back:
-                    out.append((limit.redis_key, "g", f"{limit.period_s / limit.amount!r}:{give_back}"))
-            elif limit.kind == CONCURRENCY:
-                out.append((limit.redis_key, "c", self.request_id))
-            elif limit.kind == BUDGET:
-                give_back = self.reservation.tokens("total") - actual.tokens("total")
+                    out.append(
+                        (
+                            limit.redis_key,
+                            limit.kind.script_kind,
+                            f"{limit.period_s / limit.amount!r}:{give_back}",
+                        )
+                    )
+            elif limit.kind is LimitKind.CONCURRENCY:
+                out.append((limit.redis_key, limit.kind.script_kind, self.request_id))
+            elif limit.kind is LimitKind.BUDGET:
+                give_back = self.reservation.tokens(TokenCount.TOTAL) - actual.tokens(TokenCount.TOTAL)
                 if give_back:
-                    out.append((limit.redis_key, "b", str(give_back)))
+                    out.append((limit.redis_key, limit.kind.script_kind, str(give_back)))
         return out
 
 
@@ -144,7 +148,7 @@ def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> li
         if subject.rpm:
             out.append(
                 Limit(
-                    REQUESTS,
+                    LimitKind.REQUESTS,
                     redis_keys.rate_limit(team, f"{key}:rpm"),
                     subject.rpm,
                     f"{label} requests per minute",
@@ -153,17 +157,17 @@ def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> li
         if subject.tpm:
             out.append(
                 Limit(
-                    TOKENS,
+                    LimitKind.TOKENS,
                     redis_keys.rate_limit(team, f"{key}:tpm"),
                     subject.tpm,
                     f"{label} tokens per minute",
-                    counts=subject.tpm_counts,
+                    counts=TokenCount(subject.tpm_counts),
                 )
             )
         if subject.max_concurrency:
             out.append(
                 Limit(
-                    CONCURRENCY,
+                    LimitKind.CONCURRENCY,
                     redis_keys.rate_limit(team, f"{key}:conc"),
                     subject.max_concurrency,
                     f"{label} concurrent requests",
@@ -182,7 +186,7 @@ def plan(
         tomorrow = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
         limits.append(
             Limit(
-                BUDGET,
+                LimitKind.BUDGET,
                 redis_keys.rate_limit(team, f"budget:d:{now.date().isoformat()}"),
                 team_limits.daily_tokens,
                 f"team {team} daily tokens",
@@ -195,7 +199,7 @@ def plan(
         end = dt.datetime.combine(next_month, dt.time(), dt.UTC)
         limits.append(
             Limit(
-                BUDGET,
+                LimitKind.BUDGET,
                 redis_keys.rate_limit(team, f"budget:m:{first:%Y-%m}"),
                 team_limits.monthly_tokens,
                 f"team {team} monthly tokens",
@@ -234,13 +238,14 @@ class RateLimiter:
             return NOTHING_TO_ADMIT
         args: list[str | int | float] = [request_id]
         for limit in limits:
-            if limit.kind == CONCURRENCY:
-                args += ("c", limit.amount, CONCURRENCY_LEASE_S, 0)
-            elif limit.kind == BUDGET:
-                args += ("b", limit.amount, reservation.tokens("total"), limit.period_s)
+            kind = limit.kind
+            if kind is LimitKind.CONCURRENCY:
+                args += (kind.script_kind, limit.amount, CONCURRENCY_LEASE_S, 0)
+            elif kind is LimitKind.BUDGET:
+                args += (kind.script_kind, limit.amount, reservation.tokens(TokenCount.TOTAL), limit.period_s)
             else:
-                cost = 1 if limit.kind == REQUESTS else reservation.tokens(limit.counts)
-                args += ("g", limit.amount, limit.period_s, cost)
+                cost = 1 if kind is LimitKind.REQUESTS else reservation.tokens(limit.counts)
+                args += (kind.script_kind, limit.amount, limit.period_s, cost)
         if self._breaker.open:
             return self._unavailable()  # a call moments ago failed: do not wait out another timeout
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import re
 
-from gateway.keystore import SECRET_RE
+from gateway.keys.store import SECRET_RE
 
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[^\s\"',]+")
 

@@ -16,10 +16,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.admin import guarded
+from gateway.admin.deps import AdminDeps
+from gateway.admin.routes import guarded
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.pool import Pool
-from gateway.services import Services
 
 
 def _endpoint(endpoint: Endpoint, now: float) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def _pool(pool: Pool, now: float) -> dict[str, Any]:
     }
 
 
-async def list_models(request: Request, services: Services) -> Response:
+async def list_models(request: Request, services: AdminDeps) -> Response:
     # The routing clock is time.monotonic (gateway.routing.router's default).
     now = time.monotonic()
     data = [

@@ -17,8 +17,8 @@ import urllib.request
 import uvicorn
 
 from gateway.config import ModelConfig, ModelTable, Settings
-from gateway.embedded_redis import EmbeddedRedis, RedisNotInstalledError
-from gateway.keystore import KeyStore
+from gateway.dev.embedded_redis import EmbeddedRedis, RedisNotInstalledError
+from gateway.keys.store import KeyStore
 
 DEMO_MODEL = "demo-model"
 DEMO_TEAM = "demo"
@@ -124,7 +124,7 @@ async def _serve_then_print(server: uvicorn.Server, banner: str) -> None:
 
 def run_demo(*, host: str, port: int) -> int:
     from gateway.app import create_app
-    from gateway.logs import configure_logging
+    from gateway.observability.logs import configure_logging
 
     if not _port_is_free(host, port):
         print(f"error: {host}:{port} is already in use; pass --port to pick another", file=sys.stderr)

@@ -4,6 +4,7 @@ and, for teams, daily and monthly token budgets. Stored as one JSON field on the
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,7 +13,16 @@ import orjson
 
 from gateway.errors import ErrorCode, GatewayError
 
-TOKEN_COUNTS = ("total", "input", "output")
+
+class TokenCount(enum.StrEnum):
+    """Which tokens a TPM limit counts."""
+
+    TOTAL = "total"
+    INPUT = "input"
+    OUTPUT = "output"
+
+
+TOKEN_COUNTS = tuple(TokenCount)
 _RATE_FIELDS = ("rpm", "tpm", "max_concurrency")
 # Team-only fields: budgets, and the team's weight in a saturated pool's fair queue (default 1).
 _BUDGET_FIELDS = ("daily_tokens", "monthly_tokens", "weight")
@@ -23,7 +33,7 @@ class LimitSet:
     rpm: int | None = None
     tpm: int | None = None
     max_concurrency: int | None = None
-    tpm_counts: str = "total"  # which tokens a TPM limit counts: total, input or output
+    tpm_counts: TokenCount = TokenCount.TOTAL
     daily_tokens: int | None = None  # teams only, UTC calendar day
     monthly_tokens: int | None = None  # teams only, UTC calendar month
     weight: int | None = None  # teams only: share of a saturated pool relative to other teams
@@ -109,4 +119,4 @@ def parse_limits(body: Mapping[str, Any], *, budgets: bool, where: str = "") -> 
                 param=f"model_limits.{model}",
             )
         per_model[str(model)] = parse_limits(raw, budgets=False, where=f"model_limits.{model}.")
-    return LimitSet(**values, tpm_counts=counts, per_model=per_model)
+    return LimitSet(**values, tpm_counts=TokenCount(counts), per_model=per_model)

@@ -14,18 +14,15 @@ import contextlib
 import datetime as dt
 import logging
 from collections import defaultdict, deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway import redis_keys
-from gateway.metrics import Metrics
-from gateway.scripts import load_script
-
-if TYPE_CHECKING:
-    from gateway.spool import Spool
+from gateway.metering.record import UsageRecord
+from gateway.metering.spool import Spool
+from gateway.observability.metrics import Metrics
+from gateway.redis import keys as redis_keys
+from gateway.redis.scripts import load_script
 
 log = logging.getLogger("sluicegate.metering")
 
@@ -55,25 +52,6 @@ def _args(usage: UsageRecord) -> list[str | int]:
         int(usage.disconnected),
         *(value for _, kind, argument in usage.settlements for value in (kind, argument)),
     ]
-
-
-@dataclass(frozen=True, slots=True)
-class UsageRecord:
-    request_id: str
-    team: str
-    key_id: str
-    model: str
-    prompt_tokens: int
-    completion_tokens: int
-    error: bool
-    disconnected: bool
-    day: str
-    # (limit key, kind, argument) for settle.lua: token refunds, concurrency slots to release.
-    settlements: tuple[tuple[str, str, str], ...] = ()
-
-    @staticmethod
-    def today() -> str:
-        return dt.datetime.now(dt.UTC).date().isoformat()
 
 
 class Meter:

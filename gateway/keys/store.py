@@ -28,8 +28,8 @@ import orjson
 from redis.asyncio import Redis
 from redis.typing import EncodableT, FieldT
 
-from gateway import redis_keys
-from gateway.limits import NO_LIMITS, LimitSet
+from gateway.limits.spec import NO_LIMITS, LimitSet
+from gateway.redis import keys as redis_keys
 
 TEAM_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 KEY_PREFIX = "sk-sg-"

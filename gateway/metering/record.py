@@ -1,0 +1,25 @@
+"""One finished request's usage, as the meter writes it and the spool keeps it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    request_id: str
+    team: str
+    key_id: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    error: bool
+    disconnected: bool
+    day: str
+    # (limit key, kind, argument) for settle.lua: token refunds, concurrency slots to release.
+    settlements: tuple[tuple[str, str, str], ...] = ()
+
+    @staticmethod
+    def today() -> str:
+        return dt.datetime.now(dt.UTC).date().isoformat()

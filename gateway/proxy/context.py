@@ -1,0 +1,50 @@
+"""What one request has learned about itself, shared by the handler, the access log and metrics."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+from starlette.types import Scope
+
+_CLIENT_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+# nginx's code for "client closed the request": only ever seen in our own logs and metrics.
+CLIENT_CLOSED = 499
+
+
+def client_request_id(header: str | None) -> str | None:
+    """The client's own id when it is safe to echo and log. Only echoed, logged and passed on:
+    a client chooses it, so it never keys anything that must be unique."""
+    if header and _CLIENT_REQUEST_ID_RE.match(header):
+        return header
+    return None
+
+
+def new_request_id() -> str:
+    """The gateway's id for one request: the settlement marker, the concurrency slot, the usage
+    record and the worker's x-request-id. As unique as uuid4().hex, without a UUID object."""
+    return os.urandom(16).hex()
+
+
+@dataclass(slots=True)
+class RequestContext:
+    request_id: str
+    client_request_id: str | None = None
+    api: str = ""
+    started: float = field(default_factory=time.perf_counter)
+    status: int = 0
+    model: str = ""
+    team: str = ""
+    key_id: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    outcome: str = ""
+
+    @staticmethod
+    def of(scope: Scope) -> RequestContext:
+        ctx: RequestContext = scope["state"]["ctx"]
+        return ctx

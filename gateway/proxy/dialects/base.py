@@ -1,0 +1,82 @@
+"""The seam between the pipeline and one client API.
+
+    Dialect.parse(raw) -> Call          the client's body, validated: model, stream, reservation
+    Call.worker_body(wire_model, ...)   the body the worker gets
+    Dialect.stream(call, name) -> ClientStream   worker chunks -> client bytes, one stream
+    Dialect.whole(call, answer, name)   a worker's whole answer -> the client's body
+    Dialect.error_response / error_event / limit_headers   the API's own envelope and headers
+
+Reading usage, finish reasons and token timing from the worker is not here: the worker side is
+the same for every client API (gateway.proxy.relay).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, TypeVar
+
+from starlette.responses import Response
+
+from gateway.errors import GatewayError
+from gateway.limits.admission import Admission, Reservation
+
+
+class Call(Protocol):
+    """One parsed client request."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def stream(self) -> bool: ...
+
+    @property
+    def user(self) -> str | None: ...
+
+    @property
+    def worker_path(self) -> str: ...
+
+    def reservation(self, default_max_tokens: int) -> Reservation: ...
+
+    def estimated_prompt_tokens(self) -> int: ...
+
+    def worker_body(self, wire_model: str, *, continuous_usage: bool) -> bytes: ...
+
+
+class ClientStream(Protocol):
+    """Turns one worker stream into the client's events."""
+
+    def event(self, chunk: dict[str, Any], data: bytes) -> bytes:
+        """The client's bytes for one parsed worker chunk (b"" to drop it)."""
+        ...
+
+    def done(self) -> bytes:
+        """The client's bytes once the worker said it is done."""
+        ...
+
+    def failure(self, error: GatewayError) -> bytes:
+        """The client's bytes for a failure after the stream began: it ends the stream."""
+        ...
+
+
+CallT = TypeVar("CallT", bound=Call)
+
+
+class Dialect(Protocol[CallT]):
+    @property
+    def name(self) -> str:
+        """The API family, a metric label and log field, e.g. "openai.chat"."""
+        ...
+
+    def parse(self, raw: bytes) -> CallT: ...
+
+    def stream(self, call: CallT, answer_name: str) -> ClientStream: ...
+
+    def whole(self, call: CallT, answer: dict[str, Any], body: bytes, answer_name: str) -> bytes: ...
+
+    def estimated_completion_tokens(self, answer: dict[str, Any]) -> int:
+        """For a whole answer whose usage report cannot be trusted."""
+        ...
+
+    def error_response(self, error: GatewayError) -> Response: ...
+
+    def limit_headers(self, admission: Admission) -> dict[str, str]: ...

@@ -1,0 +1,225 @@
+"""OpenAI chat completions, completions and embeddings: the workers' own wire format, so the
+client's body reaches the worker nearly as sent (unknown fields pass through) and the answer
+comes back nearly as the worker wrote it. What changes: `model` (the worker's name for it, and
+back), and the usage reports the gateway asks for on a stream, which a client that did not ask
+for them never sees.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.limits.admission import Admission, LimitKind, Reservation
+
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAICall:
+    path: str
+    payload: dict[str, Any]
+    raw: bytes
+    model: str
+    stream: bool
+    input_field: str
+    wants_usage: bool  # the client asked for the final usage chunk
+    wants_continuous_usage: bool  # ... and for usage on every chunk
+    is_embeddings: bool = False
+
+    @property
+    def worker_path(self) -> str:
+        return self.path
+
+    @property
+    def user(self) -> str | None:
+        user = self.payload.get("user")
+        return user if isinstance(user, str) else None
+
+    def worker_body(self, wire_model: str, *, continuous_usage: bool) -> bytes:
+        """The worker's name for the model, and on a stream usage always on (cumulative on every
+        chunk where the worker supports it: exact metering when a client leaves mid-stream).
+        Unchanged bytes when there is nothing to change."""
+        if not self.stream and self.model == wire_model:
+            return self.raw
+        payload = dict(self.payload)
+        payload["model"] = wire_model
+        if self.stream:
+            options = dict(self.payload.get("stream_options") or {})
+            options["include_usage"] = True
+            if continuous_usage:
+                options["continuous_usage_stats"] = True
+            payload["stream_options"] = options
+        return orjson.dumps(payload)
+
+    def reservation(self, default_max_tokens: int) -> Reservation:
+        """What admission charges token limits before the real usage is known."""
+        cap = self.payload.get("max_completion_tokens") or self.payload.get("max_tokens")
+        completion = 0 if self.is_embeddings else (cap if isinstance(cap, int) else default_max_tokens)
+        return Reservation(self.estimated_prompt_tokens(), completion)
+
+    def estimated_prompt_tokens(self) -> int:
+        """~4 characters a token: for reservations, and for usage a worker did not report."""
+        text = self.payload.get(self.input_field)
+        return max(1, len(orjson.dumps(text)) // 4) if text else 0
+
+
+class OpenAIStream:
+    """Passes the worker's chunks on, with the client's model name, minus the usage reports
+    the gateway asked for and the client did not."""
+
+    __slots__ = ("_call", "_name", "_rewrite")
+
+    def __init__(self, call: OpenAICall, answer_name: str) -> None:
+        self._call = call
+        self._name = answer_name
+        self._rewrite = ModelRewrite(answer_name)
+
+    def event(self, chunk: dict[str, Any], data: bytes) -> bytes:
+        call = self._call
+        if "usage" in chunk:
+            if chunk.get("choices") == []:
+                if not call.wants_usage:
+                    return b""  # the final usage chunk the gateway asked for, not the client
+            elif not call.wants_continuous_usage:
+                del chunk["usage"]  # cumulative usage on a content chunk: the gateway's alone
+                if "model" in chunk:
+                    chunk["model"] = self._name
+                return b"data: " + orjson.dumps(chunk) + b"\n\n"
+        return b"data: " + self._rewrite.apply(data, chunk.get("model")) + b"\n\n"
+
+    def done(self) -> bytes:
+        return DONE_EVENT
+
+    def failure(self, error: GatewayError) -> bytes:
+        return error.sse_event() + DONE_EVENT
+
+
+class ModelRewrite:
+    """Puts the client's model name where the worker wrote its own, without re-encoding."""
+
+    __slots__ = ("_encoded", "_name")
+
+    def __init__(self, client_name: str) -> None:
+        self._name = client_name
+        self._encoded = orjson.dumps(client_name)
+
+    def apply(self, data: bytes, worker_name: Any) -> bytes:
+        if not isinstance(worker_name, str) or worker_name == self._name:
+            return data
+        up = orjson.dumps(worker_name)
+        for needle in (b'"model":' + up, b'"model": ' + up):
+            if needle in data:
+                return data.replace(needle, b'"model":' + self._encoded)
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAIDialect:
+    name: str
+    path: str
+    input_field: str
+    can_stream: bool
+
+    def parse(self, raw: bytes) -> OpenAICall:
+        try:
+            payload = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise GatewayError(ErrorCode.INVALID_JSON, "The request body is not valid JSON.") from None
+        if not isinstance(payload, dict):
+            raise GatewayError(ErrorCode.INVALID_REQUEST, "The request body must be a JSON object.")
+        model = payload.get("model")
+        if not isinstance(model, str) or not model:
+            raise _field_error("model", "is required and must be a non-empty string")
+        if self.input_field not in payload:
+            raise _field_error(self.input_field, "is required")
+        self._check_input(payload[self.input_field])
+        stream = payload.get("stream", False)
+        if not isinstance(stream, bool) and stream is not None:
+            raise _field_error("stream", "must be a boolean")
+        stream = bool(stream)
+        if stream and not self.can_stream:
+            raise _field_error("stream", f"is not supported on {self.path}")
+        options = payload.get("stream_options")
+        if options is not None and not isinstance(options, dict):
+            raise _field_error("stream_options", "must be an object")
+        for name in ("max_tokens", "max_completion_tokens", "n"):
+            value = payload.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise _field_error(name, "must be a non-negative integer")
+        return OpenAICall(
+            path=self.path,
+            payload=payload,
+            raw=raw,
+            model=model,
+            stream=stream,
+            input_field=self.input_field,
+            wants_usage=bool(options and options.get("include_usage") is True),
+            wants_continuous_usage=bool(options and options.get("continuous_usage_stats") is True),
+            is_embeddings=not self.can_stream,
+        )
+
+    def _check_input(self, value: Any) -> None:
+        if self.input_field == "messages":
+            if not isinstance(value, list) or not value:
+                raise _field_error("messages", "must be a non-empty list of messages")
+            for i, message in enumerate(value):
+                if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                    raise _field_error(f"messages[{i}]", "must be an object with a string 'role'")
+        elif not isinstance(value, str | list) or value == []:
+            raise _field_error(self.input_field, "must be a string or a non-empty list")
+
+    def stream(self, call: OpenAICall, answer_name: str) -> OpenAIStream:
+        return OpenAIStream(call, answer_name)
+
+    def whole(self, call: OpenAICall, answer: dict[str, Any], body: bytes, answer_name: str) -> bytes:
+        return ModelRewrite(answer_name).apply(body, answer.get("model"))
+
+    def estimated_completion_tokens(self, answer: dict[str, Any]) -> int:
+        chars = 0
+        choices = answer.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if not isinstance(choice, dict):
+                continue
+            message = choice.get("message")
+            text = message.get("content") if isinstance(message, dict) else choice.get("text")
+            if isinstance(text, str):
+                chars += len(text)
+        return math.ceil(chars / 4)
+
+    def error_response(self, error: GatewayError) -> Response:
+        return error.response()
+
+    def limit_headers(self, admission: Admission) -> dict[str, str]:
+        """OpenAI's x-ratelimit-* headers, each from the tightest limit of its kind."""
+        headers: dict[str, str] = {}
+        for kind, suffix in ((LimitKind.REQUESTS, "requests"), (LimitKind.TOKENS, "tokens")):
+            tightest = admission.tightest(kind)
+            if tightest is None:
+                continue
+            headers[f"x-ratelimit-limit-{suffix}"] = str(tightest.limit.amount)
+            headers[f"x-ratelimit-remaining-{suffix}"] = str(max(tightest.remaining, 0))
+            headers[f"x-ratelimit-reset-{suffix}"] = reset_duration(tightest.reset_after_s)
+        return headers
+
+
+def reset_duration(seconds: float) -> str:
+    """OpenAI writes reset times as durations such as '1s', '6m0s' or '20ms'."""
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))}ms"
+    minutes, secs = divmod(math.ceil(seconds), 60)
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+CHAT = OpenAIDialect("openai.chat", "/v1/chat/completions", "messages", can_stream=True)
+COMPLETIONS = OpenAIDialect("openai.completions", "/v1/completions", "prompt", can_stream=True)
+EMBEDDINGS = OpenAIDialect("openai.embeddings", "/v1/embeddings", "input", can_stream=False)
+
+
+def _field_error(param: str, problem: str) -> GatewayError:
+    return GatewayError(ErrorCode.INVALID_REQUEST, f"'{param}' {problem}.", param=param)

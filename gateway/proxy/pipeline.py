@@ -1,0 +1,284 @@
+"""One API request, top to bottom:
+
+    authenticate -> parse -> resolve the model -> admit (limits) -> route -> relay -> finish
+
+Everything before admission can refuse the request with an error and nothing to undo. From
+admission on, a `Settlement` owns the request, and `finish()` in the `finally` below settles it
+exactly once, whatever happens: that is the only place usage is metered, limits are settled and
+the in-flight gauge goes down. What is specific to one client API (its body, its stream, its
+error envelope) comes from the `Dialect`; the worker side is the same for all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.config import Settings
+from gateway.errors import ErrorCode, GatewayError
+from gateway.keys.auth import Authenticator, Principal
+from gateway.limits import admission as limits
+from gateway.limits.admission import Admission, RateLimiter
+from gateway.observability.metrics import Metrics
+from gateway.proxy.context import CLIENT_CLOSED, RequestContext
+from gateway.proxy.dialects.base import Call, Dialect
+from gateway.proxy.disconnect import unless_client_leaves
+from gateway.proxy.relay import STREAM_HEADERS, StreamRelay, note_usage, read_whole
+from gateway.proxy.settlement import Settlement, Submitter
+from gateway.proxy.upstream import Upstream, UpstreamResponse
+from gateway.proxy.worker_errors import worker_failure
+from gateway.routing.policy import RouteRequest
+from gateway.routing.pool import Pool
+from gateway.routing.router import ModelRoute, Router
+
+_MAX_ANSWER_BYTES = 64 * 1024 * 1024
+# Names the model that answered: the one asked for, or the fallback that stood in for it.
+MODEL_HEADER = "x-sluicegate-model"
+SESSION_HEADER = "x-session-id"
+# The client's own request id reaches the worker under this name; the worker's x-request-id is
+# the gateway's, unique per request, so two requests can never collide there.
+CLIENT_REQUEST_ID_HEADER = "x-client-request-id"
+
+# Never sent on to a worker: the client's credentials, and headers that describe the client's own
+# connection or body (the gateway's request to the worker has its own).
+_NOT_FORWARDED = frozenset(
+    {
+        b"authorization",
+        b"x-api-key",
+        b"proxy-authorization",
+        b"cookie",
+        b"host",
+        b"content-length",
+        b"content-type",
+        b"transfer-encoding",
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"expect",
+        b"accept-encoding",
+        b"x-request-id",
+        b"x-client-request-id",
+    }
+)
+
+
+def worker_headers(scope: Scope, ctx: RequestContext) -> dict[str, str]:
+    """The client's headers minus credentials and hop-by-hop ones: tracing headers and the
+    like reach the worker unchanged."""
+    headers = {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in scope["headers"]
+        if name not in _NOT_FORWARDED
+    }
+    headers["content-type"] = "application/json"
+    headers["x-request-id"] = ctx.request_id
+    if ctx.client_request_id is not None:
+        headers[CLIENT_REQUEST_ID_HEADER] = ctx.client_request_id
+    return headers
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    too_large = GatewayError(
+        ErrorCode.REQUEST_TOO_LARGE, f"The request body is larger than {max_bytes} bytes."
+    )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise too_large
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > max_bytes:
+            raise too_large
+        parts.append(part)
+    return b"".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A request that passed every check before the worker."""
+
+    call: Call
+    principal: Principal
+    requested: ModelRoute
+    admission: Admission
+
+
+class Pipeline:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        auth: Authenticator,
+        limiter: RateLimiter,
+        router: Router,
+        upstream: Upstream,
+        meter: Submitter,
+        metrics: Metrics,
+    ) -> None:
+        self._settings = settings
+        self._auth = auth
+        self._limiter = limiter
+        self._router = router
+        self._upstream = upstream
+        self._meter = meter
+        self._metrics = metrics
+
+    async def serve(self, dialect: Dialect[Any], scope: Scope, receive: Receive, send: Send) -> None:
+        ctx = RequestContext.of(scope)
+        ctx.api = dialect.name
+        try:
+            admitted = await self._admit(dialect, Request(scope, receive), ctx)
+        except GatewayError as error:
+            await dialect.error_response(error)(scope, receive, send)
+            return
+        except ClientDisconnect:
+            ctx.status, ctx.outcome = CLIENT_CLOSED, "disconnected"  # left while sending its body
+            return
+        settlement = Settlement(
+            ctx, admitted.admission, admitted.call.estimated_prompt_tokens(), self._metrics, self._meter
+        )
+        try:
+            await self._answer(dialect, admitted, settlement, scope, receive, send)
+        except GatewayError as error:
+            # Only raised before the answer began: the relay ends a begun stream itself.
+            settlement.outcome.failed = True
+            error.headers.update(dialect.limit_headers(admitted.admission))
+            await dialect.error_response(error)(scope, receive, send)
+        except BaseException:
+            settlement.outcome.failed = True  # a bug, or cancelled at shutdown
+            raise
+        finally:
+            settlement.finish()
+
+    async def _admit(self, dialect: Dialect[Any], request: Request, ctx: RequestContext) -> Admitted:
+        principal = await self._auth.authenticate(request.headers)
+        key = principal.key
+        ctx.team, ctx.key_id = key.team, key.id
+        call = dialect.parse(await read_body(request, self._settings.max_body_bytes))
+        requested = self._router.resolve(call.model)
+        if requested is None:
+            raise GatewayError(
+                ErrorCode.MODEL_NOT_FOUND, f"The model '{call.model}' does not exist.", param="model"
+            )
+        ctx.model = requested.model.name
+        if not key.may_use(ctx.model):
+            raise GatewayError(
+                ErrorCode.MODEL_NOT_ALLOWED,
+                f"This API key may not use the model '{call.model}'.",
+                param="model",
+            )
+        planned = limits.plan(
+            key.team, principal.team_limits, key.id, key.limits, ctx.model, dt.datetime.now(dt.UTC)
+        )
+        reservation = call.reservation(self._settings.default_max_tokens)
+        admission = await self._limiter.admit(planned, ctx.request_id, reservation)
+        if not admission.allowed:
+            self._metrics.rate_limited.labels(ctx.model, key.team).inc()
+            error = admission.error()
+            error.headers.update(dialect.limit_headers(admission))
+            raise error
+        return Admitted(call, principal, requested, admission)
+
+    async def _answer(
+        self,
+        dialect: Dialect[Any],
+        admitted: Admitted,
+        settlement: Settlement,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """Route and relay. The queue wait for a saturated pool and the wait for the worker's
+        answer are both cut short by a client that leaves."""
+        call, model = admitted.call, admitted.requested.model
+        ctx, outcome = settlement.ctx, settlement.outcome
+        loop = asyncio.get_running_loop()
+        head_deadline = loop.time() + (model.timeouts.first_token if call.stream else model.timeouts.total)
+        route = RouteRequest(
+            model=model.name,
+            user=call.user,
+            session_id=_header(scope, SESSION_HEADER),
+            team=ctx.team,
+            share_weight=admitted.principal.team_limits.share_weight,
+        )
+        answered, upstream = await unless_client_leaves(
+            self._upstream.open(
+                self._router.plan(admitted.requested),
+                call.worker_path,
+                lambda pool: call.worker_body(pool.wire_model, continuous_usage=pool.model.continuous_usage),
+                worker_headers(scope, ctx),
+                route,
+                head_deadline=head_deadline,
+                stream=call.stream,
+            ),
+            receive,
+        )
+        if upstream is None or not answered:
+            outcome.disconnected = True
+            ctx.status = CLIENT_CLOSED
+            return
+        outcome.reached_worker = True
+        pool = upstream.pool
+        answer_name = call.model if pool.model is model else pool.model.name
+        headers = {**dialect.limit_headers(admitted.admission), MODEL_HEADER: pool.model.name}
+        response = upstream.response
+        if call.stream and response.status == 200 and response.content_type == "text/event-stream":
+            relay = StreamRelay(
+                upstream,
+                dialect.stream(call, answer_name),
+                outcome,
+                headers=[*STREAM_HEADERS, *((k.encode(), v.encode()) for k, v in headers.items())],
+                first_token_deadline=head_deadline,
+                idle_timeout_s=model.timeouts.idle,
+            )
+            await relay.run(receive, send)
+            return
+        try:
+            body = await self._read(upstream, pool, head_deadline if not call.stream else None)
+        except GatewayError as error:
+            outcome.error_reason = error.code.wire_code
+            raise
+        if response.status != 200:
+            outcome.error_reason = f"status_{response.status}"
+            raise worker_failure(model.name, response.status, body, response.headers)
+        try:
+            answer: Any = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            answer = None
+        if not isinstance(answer, dict):
+            outcome.error_reason = "invalid_json"
+            raise GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker answered with invalid JSON.")
+        outcome.usage = note_usage(answer.get("usage"), outcome)
+        if outcome.usage is None:
+            outcome.invalid_usage = True
+            outcome.estimated_completion = dialect.estimated_completion_tokens(answer)
+        content = dialect.whole(call, answer, body, answer_name)
+        await Response(content, headers=headers, media_type="application/json")(scope, receive, send)
+
+    async def _read(self, upstream: UpstreamResponse, pool: Pool, deadline: float | None) -> bytes:
+        """A whole answer (or a stream request's error answer, within the idle timeout)."""
+        if deadline is None:
+            deadline = asyncio.get_running_loop().time() + pool.model.timeouts.idle
+        try:
+            return await read_whole(upstream, deadline=deadline, max_bytes=_MAX_ANSWER_BYTES)
+        finally:
+            upstream.release()
+
+
+def _header(scope: Scope, name: str) -> str | None:
+    wanted = name.encode()
+    for key, value in scope["headers"]:
+        if key == wanted:
+            return str(value.decode("latin-1"))
+    return None

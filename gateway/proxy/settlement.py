@@ -1,0 +1,126 @@
+"""The end of an admitted request, once: what it used, how it ended, and everything that follows
+from that (the usage record that settles its limits, token metrics, the in-flight gauge).
+
+The pipeline opens a `Settlement` right after admission and calls `finish()` in a `finally`, so
+every way out (an answer, a stream's end, a worker failure, a timeout, a client that left, a bug,
+cancellation at shutdown) settles the request exactly once; `finish()` is synchronous so that a
+cancelled task still runs it whole. The relay and the pipeline only write down what happened in
+the `Outcome`; the decisions below read it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gateway.limits.admission import Admission
+from gateway.metering.record import UsageRecord
+from gateway.observability.metrics import Metrics
+from gateway.proxy.context import RequestContext
+from gateway.proxy.usage import Usage
+
+
+class Ending(enum.Enum):
+    """How a request ended: the access log's `outcome` and the usage record's flags."""
+
+    OK = "ok"
+    ERROR = "error"
+    DISCONNECTED = "disconnected"
+
+
+class Submitter(Protocol):
+    """What the settlement needs of the meter (gateway.metering.meter.Meter)."""
+
+    def submit(self, usage: UsageRecord) -> None: ...
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the relay saw; written as it happens, read once at the end."""
+
+    usage: Usage | None = None  # the worker's final report, checked
+    relayed_usage: Usage | None = None  # the last cumulative report that reached the client
+    invalid_usage: bool = False  # the worker reported counts that cannot be real
+    reached_worker: bool = False  # a worker answered (its head arrived)
+    tokens_relayed: int = 0  # events that carried generated text or tool-call deltas
+    estimated_completion: int | None = None  # a whole answer's own estimate, when usage lied
+    first_token_at: float | None = None  # perf_counter
+    last_token_at: float | None = None
+    finish_reason: str | None = None
+    error_reason: str | None = None  # why the worker's answer was bad: a metric label
+    failed: bool = False  # the client got an error (the gateway's, or a worker's refusal)
+    disconnected: bool = False
+
+
+@dataclass(slots=True)
+class Settlement:
+    ctx: RequestContext
+    admission: Admission
+    estimated_prompt: int
+    metrics: Metrics
+    meter: Submitter
+    outcome: Outcome = field(default_factory=Outcome)
+    _finished: bool = False
+
+    def __post_init__(self) -> None:
+        self.metrics.inflight.labels(self.ctx.model).inc()
+
+    def tokens(self) -> tuple[int, int]:
+        """The worker's own counts when it gave believable ones; else what the gateway can tell."""
+        out = self.outcome
+        if out.usage is not None:
+            return out.usage.prompt_tokens, out.usage.completion_tokens
+        if out.relayed_usage is not None:
+            # Left mid-stream: the worker's count up to the last chunk the client received.
+            return out.relayed_usage.prompt_tokens, out.relayed_usage.completion_tokens
+        if not out.reached_worker and not out.disconnected:
+            return 0, 0  # refused before any worker answered: nothing was generated
+        completion = out.estimated_completion if out.estimated_completion is not None else out.tokens_relayed
+        return self.estimated_prompt, completion
+
+    def ending(self) -> Ending:
+        out = self.outcome
+        if out.disconnected:
+            return Ending.DISCONNECTED
+        if out.failed or out.error_reason is not None or out.invalid_usage:
+            return Ending.ERROR
+        return Ending.OK
+
+    def finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        ctx, out, metrics = self.ctx, self.outcome, self.metrics
+        metrics.inflight.labels(ctx.model).dec()
+        prompt, completion = self.tokens()
+        ending = self.ending()
+        if out.invalid_usage:
+            metrics.upstream_errors.labels(ctx.model, "invalid_usage").inc()
+        if out.error_reason is not None:
+            metrics.upstream_errors.labels(ctx.model, out.error_reason).inc()
+        if out.first_token_at is not None:
+            metrics.time_to_first_token.labels(ctx.model).observe(out.first_token_at - ctx.started)
+            if out.last_token_at is not None and completion > 1:
+                metrics.time_per_output_token.labels(ctx.model).observe(
+                    (out.last_token_at - out.first_token_at) / (completion - 1)
+                )
+        if prompt:
+            metrics.tokens.labels(ctx.model, ctx.team, "prompt").inc(prompt)
+        if completion:
+            metrics.tokens.labels(ctx.model, ctx.team, "completion").inc(completion)
+        ctx.prompt_tokens, ctx.completion_tokens, ctx.outcome = prompt, completion, ending.value
+        self.meter.submit(
+            UsageRecord(
+                request_id=ctx.request_id,
+                team=ctx.team,
+                key_id=ctx.key_id,
+                model=ctx.model,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                error=ending is Ending.ERROR,
+                disconnected=ending is Ending.DISCONNECTED,
+                day=UsageRecord.today(),
+                settlements=tuple(self.admission.settlements(prompt, completion)),
+            )
+        )
