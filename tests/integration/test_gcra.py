@@ -104,7 +104,7 @@ def test_token_reservations_are_settled_to_the_real_usage(redis_server: Embedded
     tpm = Limit(LimitKind.TOKENS, redis_keys.rate_limit(team, "team:tpm"), 1000, "tpm")
     budget = Limit(LimitKind.BUDGET, redis_keys.rate_limit(team, "budget:d:x"), 1500, "daily", period_s=3600)
 
-    async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[int, int, int, bool, str]:
+    async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[int, int, int, bool, LimitKind]:
         meter = Meter(redis, Metrics(), timeout_s=2)
         big = await limiter.admit([tpm, budget], "big", Reservation(100, 800))  # reserves 900
         during = (await limiter.admit([tpm], "probe1", Reservation(0, 0))).states[0].remaining
