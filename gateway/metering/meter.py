@@ -16,7 +16,7 @@ import logging
 from collections import defaultdict, deque
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from gateway.metering.record import UsageRecord
 from gateway.metering.spool import Spool
@@ -145,10 +145,25 @@ class Meter:
             return True
 
     async def _write(self, batch: list[UsageRecord]) -> None:
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for usage in batch:
-                await self._script(keys=_keys(usage), args=_args(usage), client=pipe)
-            await pipe.execute()
+        """One pipelined round trip of EVALSHA. redis-py's own script-in-pipeline support sends
+        SCRIPT EXISTS before every batch (one more round trip per flush); a Redis that lost the
+        script (a restart, a failover, SCRIPT FLUSH) answers NOSCRIPT instead, and the whole
+        batch is sent again after SCRIPT LOAD: settle.lua counts each request id once, so the
+        records that did land are not counted twice."""
+        script = self._script
+        for attempt in range(2):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for usage in batch:
+                    keys = _keys(usage)
+                    pipe.evalsha(script.sha, len(keys), *keys, *_args(usage))
+                results = await pipe.execute(raise_on_error=False)
+            missing = any(isinstance(result, NoScriptError) for result in results)
+            if not missing or attempt:
+                for result in results:
+                    if isinstance(result, Exception):
+                        raise result
+                return
+            await self._redis.script_load(script.script)
 
     async def record(self, usage: UsageRecord) -> bool:
         """Writes one record now: True when written, False when its request id was already."""

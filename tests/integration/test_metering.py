@@ -54,3 +54,43 @@ def test_a_request_is_recorded_once_and_reported_by_day(redis_server: EmbeddedRe
     assert everything[1]["disconnects"] == 1
     assert everything[1]["total_tokens"] == 5
     assert [r["day"] for r in one_day] == ["2026-11-21", "2026-11-21"]
+
+
+def _commands(info: dict[str, dict[str, int]], name: str) -> int:
+    return int(info.get(f"cmdstat_{name}", {}).get("calls", 0))
+
+
+def test_a_batch_is_one_round_trip_and_survives_a_redis_that_lost_the_script() -> None:
+    """No SCRIPT EXISTS before each batch (a third Redis command per request); a Redis that lost
+    the script (restart, failover, SCRIPT FLUSH) still gets every record, each counted once."""
+
+    async def scenario() -> tuple[int, int, int, list[dict[str, object]]]:
+        with EmbeddedRedis() as server:  # its own: SCRIPT FLUSH must not touch other tests' Redis
+            redis = Redis.from_url(server.url)
+            try:
+                meter = Meter(redis, Metrics(), timeout_s=2)
+                for i in range(5):
+                    meter.submit(_record(f"b{i}", "2026-11-22"))
+                    assert await meter.flush()
+                before = await redis.info("commandstats")
+                await redis.script_flush()
+                for i in range(5, 10):
+                    meter.submit(_record(f"b{i}", "2026-11-22"))
+                meter.submit(_record("b0", "2026-11-22"))  # already written: counted once
+                assert await meter.flush()
+                after = await redis.info("commandstats")
+                rows = await meter.report(["meter-team"], None, None)
+                return (
+                    _commands(before, "script|exists") + _commands(after, "script|exists"),
+                    _commands(before, "evalsha"),
+                    _commands(after, "script|load") - _commands(before, "script|load"),
+                    rows,
+                )
+            finally:
+                await redis.aclose()
+
+    script_exists, evalsha_before_flush, loads, rows = asyncio.run(scenario())
+    assert script_exists == 0, "a SCRIPT EXISTS round trip was sent before a metering batch"
+    assert evalsha_before_flush >= 5
+    assert loads == 1
+    assert [(r["requests"], r["prompt_tokens"]) for r in rows] == [(10, 30)]
