@@ -56,7 +56,7 @@ def _pool(pool: Pool, now: float) -> dict[str, Any]:
     }
 
 
-async def list_models(request: Request, services: AdminDeps) -> Response:
+async def list_models(request: Request, deps: AdminDeps) -> Response:
     # The routing clock is time.monotonic (gateway.routing.router's default).
     now = time.monotonic()
     data = [
@@ -66,7 +66,7 @@ async def list_models(request: Request, services: AdminDeps) -> Response:
             "fallbacks": list(route.model.fallbacks),
             "pools": [_pool(pool, now) for pool in route.pools],
         }
-        for route in services.router.models()
+        for route in deps.router.models()
     ]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 

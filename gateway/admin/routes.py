@@ -20,7 +20,7 @@ from gateway.admin.deps import AdminDeps
 from gateway.config import MODEL_NAME_RE
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.auth import bearer_token
-from gateway.keys.store import TEAM_NAME_RE, KeyNotFoundError, TeamExistsError, TeamNotFoundError
+from gateway.keys.store import TEAM_NAME_RE, TeamNotFoundError
 from gateway.limits.spec import LimitSet, parse_limits
 from gateway.proxy.pipeline import read_body
 
@@ -34,8 +34,8 @@ def _json(data: object, status: int = 200) -> Response:
 
 def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        services = AdminDeps.of(request.scope)
-        expected = services.settings.admin_token
+        deps = AdminDeps.of(request.scope)
+        expected = deps.settings.admin_token
         if not expected:
             raise GatewayError(
                 ErrorCode.ADMIN_DISABLED,
@@ -46,8 +46,8 @@ def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             raise GatewayError(ErrorCode.ADMIN_UNAUTHORIZED, "Missing or wrong admin token.")
         try:
             # Admin calls make a few Redis round trips; bound them together.
-            async with asyncio.timeout(4 * services.settings.redis_timeout_s):
-                return await handler(request, services)
+            async with asyncio.timeout(4 * deps.settings.redis_timeout_s):
+                return await handler(request, deps)
         except (RedisError, TimeoutError):
             raise GatewayError(
                 ErrorCode.REDIS_UNAVAILABLE, "Redis is unavailable; try again shortly."
@@ -67,14 +67,6 @@ async def _json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _no_team(name: str) -> GatewayError:
-    return GatewayError(ErrorCode.TEAM_NOT_FOUND, f"The team '{name}' does not exist.", param="team")
-
-
-def _no_key(key_id: str) -> GatewayError:
-    return GatewayError(ErrorCode.KEY_NOT_FOUND, f"No key has the id '{key_id}'.")
-
-
 def _team_name(value: Any, param: str = "team") -> str:
     if not isinstance(value, str) or not TEAM_NAME_RE.match(value):
         raise GatewayError(
@@ -86,15 +78,10 @@ def _team_name(value: Any, param: str = "team") -> str:
     return value
 
 
-async def create_team(request: Request, services: AdminDeps) -> Response:
+async def create_team(request: Request, deps: AdminDeps) -> Response:
     body = await _json_body(request)
     name = _team_name(body.get("name"), "name")
-    try:
-        team = await services.keystore.create_team(name, parse_limits(body, budgets=True))
-    except TeamExistsError:
-        raise GatewayError(
-            ErrorCode.TEAM_EXISTS, f"The team '{name}' already exists.", param="name"
-        ) from None
+    team = await deps.keystore.create_team(name, parse_limits(body, budgets=True))
     return _json(team, 201)
 
 
@@ -106,32 +93,26 @@ def _changes(body: dict[str, Any], *, budgets: bool) -> tuple[LimitSet, set[str]
     return parse_limits(body, budgets=budgets), set(cleared)
 
 
-async def update_team(request: Request, services: AdminDeps) -> Response:
+async def update_team(request: Request, deps: AdminDeps) -> Response:
     name = _team_name(request.path_params["team"], "team")
     changes, cleared = _changes(await _json_body(request), budgets=True)
-    try:
-        limits = await services.keystore.update_team(name, changes, cleared)
-    except TeamNotFoundError:
-        raise _no_team(name) from None
-    services.auth.forget(f"team:{name}")
+    limits = await deps.keystore.update_team(name, changes, cleared)
+    deps.auth.forget(f"team:{name}")
     return _json({"name": name, "limits": limits.as_dict()})
 
 
-async def update_key(request: Request, services: AdminDeps) -> Response:
+async def update_key(request: Request, deps: AdminDeps) -> Response:
     key_id = request.path_params["key_id"]
     changes, cleared = _changes(await _json_body(request), budgets=False)
-    try:
-        record = await services.keystore.update_key(key_id, changes, cleared)
-    except KeyNotFoundError:
-        raise _no_key(key_id) from None
+    record = await deps.keystore.update_key(key_id, changes, cleared)
     return _json(record.public())
 
 
-async def list_teams(request: Request, services: AdminDeps) -> Response:
-    return _json({"object": "list", "data": [{"name": t} for t in await services.keystore.list_teams()]})
+async def list_teams(request: Request, deps: AdminDeps) -> Response:
+    return _json({"object": "list", "data": [{"name": t} for t in await deps.keystore.list_teams()]})
 
 
-async def create_key(request: Request, services: AdminDeps) -> Response:
+async def create_key(request: Request, deps: AdminDeps) -> Response:
     body = await _json_body(request)
     team = _team_name(body.get("team"))
     name = body.get("name", "")
@@ -154,12 +135,9 @@ async def create_key(request: Request, services: AdminDeps) -> Response:
         )
     limits = parse_limits(body, budgets=False)
     expires_at = _expiry(body.get("expires_at"))
-    try:
-        record, secret = await services.keystore.create_key(
-            team, name=name, models=models, limits=limits, expires_at=expires_at
-        )
-    except TeamNotFoundError:
-        raise _no_team(team) from None
+    record, secret = await deps.keystore.create_key(
+        team, name=name, models=models, limits=limits, expires_at=expires_at
+    )
     return _json({**record.public(), "key": secret}, 201)
 
 
@@ -183,26 +161,23 @@ def _expiry(value: Any) -> float | None:
     )
 
 
-async def list_keys(request: Request, services: AdminDeps) -> Response:
+async def list_keys(request: Request, deps: AdminDeps) -> Response:
     team = _team_name(request.query_params.get("team"))
-    if not await services.keystore.team_exists(team):
-        raise _no_team(team)
-    keys = await services.keystore.list_keys(team)
+    if not await deps.keystore.team_exists(team):
+        raise TeamNotFoundError(team)
+    keys = await deps.keystore.list_keys(team)
     return _json({"object": "list", "data": [k.public() for k in keys]})
 
 
-async def revoke_key(request: Request, services: AdminDeps) -> Response:
+async def revoke_key(request: Request, deps: AdminDeps) -> Response:
     key_id = request.path_params["key_id"]
-    try:
-        record, hashes = await services.keystore.revoke(key_id)
-    except KeyNotFoundError:
-        raise _no_key(key_id) from None
+    record, hashes = await deps.keystore.revoke(key_id)
     for secret_hash in hashes:
-        services.auth.forget(secret_hash)
+        deps.auth.forget(secret_hash)
     return _json(record.public())
 
 
-async def rotate_key(request: Request, services: AdminDeps) -> Response:
+async def rotate_key(request: Request, deps: AdminDeps) -> Response:
     key_id = request.path_params["key_id"]
     grace = (await _json_body(request)).get("grace_seconds", 0)
     if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= 90 * 86400:
@@ -211,10 +186,7 @@ async def rotate_key(request: Request, services: AdminDeps) -> Response:
             "'grace_seconds' must be a number of seconds from 0 to 90 days.",
             param="grace_seconds",
         )
-    try:
-        record, secret = await services.keystore.rotate(key_id, float(grace))
-    except KeyNotFoundError:
-        raise GatewayError(ErrorCode.KEY_NOT_FOUND, f"No live key has the id '{key_id}'.") from None
+    record, secret = await deps.keystore.rotate(key_id, float(grace))
     return _json({**record.public(), "key": secret})
 
 
@@ -230,10 +202,10 @@ def _date(request: Request, name: str) -> dt.date | None:
         ) from None
 
 
-async def usage(request: Request, services: AdminDeps) -> Response:
+async def usage(request: Request, deps: AdminDeps) -> Response:
     team = request.query_params.get("team")
-    teams = [_team_name(team)] if team else await services.keystore.list_teams()
-    rows = await services.meter.report(teams, _date(request, "since"), _date(request, "until"))
+    teams = [_team_name(team)] if team else await deps.keystore.list_teams()
+    rows = await deps.meter.report(teams, _date(request, "since"), _date(request, "until"))
     for name in ("key", "model"):
         wanted = request.query_params.get(name)
         if wanted:

@@ -28,6 +28,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.typing import EncodableT, FieldT
 
+from gateway.errors import ErrorCode, GatewayError
 from gateway.limits.spec import NO_LIMITS, LimitSet
 from gateway.redis import keys as redis_keys
 
@@ -39,16 +40,19 @@ SECRET_RE = re.compile(re.escape(KEY_PREFIX) + r"[A-Za-z0-9_-]{8,}")
 _RETIRED_RECORD_SLACK_S = 24 * 3600
 
 
-class TeamExistsError(Exception):
-    pass
+class TeamExistsError(GatewayError):
+    def __init__(self, name: str) -> None:
+        super().__init__(ErrorCode.TEAM_EXISTS, f"The team '{name}' already exists.", param="name")
 
 
-class TeamNotFoundError(Exception):
-    pass
+class TeamNotFoundError(GatewayError):
+    def __init__(self, name: str) -> None:
+        super().__init__(ErrorCode.TEAM_NOT_FOUND, f"The team '{name}' does not exist.", param="team")
 
 
-class KeyNotFoundError(Exception):
-    pass
+class KeyNotFoundError(GatewayError):
+    def __init__(self, key_id: str) -> None:
+        super().__init__(ErrorCode.KEY_NOT_FOUND, f"No key has the id '{key_id}'.")
 
 
 @dataclass(frozen=True, slots=True)
