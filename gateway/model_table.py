@@ -186,7 +186,17 @@ _TARGET_FIELDS = {"endpoints", "discovery"}
 
 def parse_model(raw: Any, where: str) -> ModelConfig:
     """One model entry (also used for models found by Kubernetes autodiscovery)."""
-    allowed = {"name", "aliases", "upstream_model", "timeouts", "pools", "fallbacks", "routing", "health"}
+    allowed = {
+        "name",
+        "aliases",
+        "upstream_model",
+        "timeouts",
+        "pools",
+        "fallbacks",
+        "routing",
+        "health",
+        "continuous_usage",
+    }
     _require_mapping(raw, where, allowed=allowed | _TARGET_FIELDS)
     if "name" not in raw:
         raise ConfigError(f"{where}.name: required")
@@ -215,7 +225,14 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         fallbacks=_names(raw.get("fallbacks", []), f"{where}.fallbacks"),
         routing=_parse_routing(raw.get("routing", {}), f"{where}.routing"),
         health=_parse_health(raw.get("health", {}), f"{where}.health"),
+        continuous_usage=_bool(raw.get("continuous_usage", True), f"{where}.continuous_usage"),
     )
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: must be true or false")
+    return value
 
 
 def _parse_target(raw: dict[str, Any], where: str) -> tuple[tuple[str, ...], KubernetesTarget | None]:

@@ -169,3 +169,19 @@ def test_settings_from_env() -> None:
         Settings.from_env({"SLUICEGATE_PORT": "eighty"})
     with pytest.raises(ConfigError, match="SLUICEGATE_REDIS_URL"):
         Settings.from_env({"SLUICEGATE_REDIS_URL": "http://r"})
+
+
+def test_continuous_usage_is_on_unless_a_model_turns_it_off() -> None:
+    table = parse_model_table(
+        {
+            "models": [
+                {"name": "a", "endpoints": [{"url": "http://10.0.0.1:8000"}]},
+                {"name": "b", "endpoints": [{"url": "http://10.0.0.2:8000"}], "continuous_usage": False},
+            ]
+        }
+    )
+    assert [m.continuous_usage for m in table.models] == [True, False]
+    with pytest.raises(ConfigError, match=r"continuous_usage: must be true or false"):
+        parse_model_table(
+            {"models": [{"name": "a", "endpoints": [{"url": "http://x:1"}], "continuous_usage": "no"}]}
+        )

@@ -238,4 +238,3 @@ def test_a_settlement_meters_once_what_the_request_used(
     assert (record.error, record.disconnected) == (ending is Ending.ERROR, ending is Ending.DISCONNECTED)
     assert record.settlements == (("b", "b", str(110 - sum(expected))),)  # the reservation given back
     assert _inflight(metrics) == 0
-
