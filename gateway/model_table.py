@@ -88,7 +88,7 @@ class ModelConfig:
     fallbacks: tuple[str, ...] = ()
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
-    # The workers put cumulative usage on every streamed chunk when asked (CONTRACT.md SSE-8):
+    # The workers put cumulative usage on every streamed chunk when asked (CONTRACT.md SSE-10):
     # a client that leaves mid-stream is then metered by the worker's own count.
     continuous_usage: bool = True
 
