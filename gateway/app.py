@@ -113,6 +113,7 @@ def create_app(
                 redis,
                 metrics,
                 breaker,
+                meter,
                 timeout_s=settings.redis_timeout_s,
                 fail_open=settings.redis_fail_open,
             ),

@@ -16,12 +16,14 @@ import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.limits.spec import LimitSet, TokenCount
+from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
@@ -209,17 +211,26 @@ def plan(
     return limits
 
 
+class Compensator(Protocol):
+    """Where an admission whose reply was lost goes to be undone (the meter's queue, which
+    retries until Redis takes it)."""
+
+    def submit(self, usage: UsageRecord) -> None: ...
+
+
 class RateLimiter:
     def __init__(
         self,
         redis: Redis,
         metrics: Metrics,
         breaker: RedisBreaker,
+        compensator: Compensator,
         *,
         timeout_s: float,
         fail_open: bool = False,
     ) -> None:
         self._breaker = breaker
+        self._compensator = compensator
         self._script = load_script(redis, "admit")
         self._metrics = metrics
         self._timeout_s = timeout_s
@@ -233,7 +244,31 @@ class RateLimiter:
             return NOTHING_TO_ADMIT
         raise GatewayError(ErrorCode.REDIS_UNAVAILABLE, "The rate limiter is unavailable; try again shortly.")
 
-    async def admit(self, limits: Sequence[Limit], request_id: str, reservation: Reservation) -> Admission:
+    def _void(self, team: str, limits: Sequence[Limit], request_id: str, reservation: Reservation) -> None:
+        """The script may have run and charged everything even though its reply never came: a
+        void settlement gives it all back once Redis answers again, if (and only if) the
+        admission marker says it was charged."""
+        states = tuple(LimitState(limit, 0, 0.0, 0.0) for limit in limits)
+        charged = Admission(True, states, None, request_id=request_id, reservation=reservation)
+        self._compensator.submit(
+            UsageRecord(
+                request_id=request_id,
+                team=team,
+                key_id="",
+                model="",
+                prompt_tokens=0,
+                completion_tokens=0,
+                error=False,
+                disconnected=False,
+                day=UsageRecord.today(),
+                settlements=tuple(charged.settlements(0, 0)),
+                void=True,
+            )
+        )
+
+    async def admit(
+        self, team: str, limits: Sequence[Limit], request_id: str, reservation: Reservation
+    ) -> Admission:
         if not limits:
             return NOTHING_TO_ADMIT
         args: list[str | int | float] = [request_id]
@@ -250,9 +285,16 @@ class RateLimiter:
             return self._unavailable()  # a call moments ago failed: do not wait out another timeout
         try:
             async with asyncio.timeout(self._timeout_s):
-                reply = await self._script(keys=[limit.redis_key for limit in limits], args=args)
+                reply = await self._script(
+                    keys=[
+                        *(limit.redis_key for limit in limits),
+                        redis_keys.admission_marker(team, request_id),
+                    ],
+                    args=args,
+                )
         except (RedisError, TimeoutError):
             self._breaker.trip()
+            self._void(team, limits, request_id, reservation)
             return self._unavailable()
         states = tuple(
             LimitState(limit, int(reply[2 + i * 3]), float(reply[3 + i * 3]), float(reply[4 + i * 3]))

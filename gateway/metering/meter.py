@@ -36,6 +36,7 @@ def _keys(usage: UsageRecord) -> list[str]:
         redis_keys.request_marker(usage.team, usage.request_id),
         redis_keys.usage_day(usage.team, usage.day),
         redis_keys.usage_days(usage.team),
+        redis_keys.admission_marker(usage.team, usage.request_id),
         *(key for key, _, _ in usage.settlements),
     ]
 
@@ -50,6 +51,7 @@ def _args(usage: UsageRecord) -> list[str | int]:
         usage.completion_tokens,
         int(usage.error),
         int(usage.disconnected),
+        int(usage.void),
         *(value for _, kind, argument in usage.settlements for value in (kind, argument)),
     ]
 

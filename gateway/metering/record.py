@@ -19,6 +19,8 @@ class UsageRecord:
     day: str
     # (limit key, kind, argument) for settle.lua: token refunds, concurrency slots to release.
     settlements: tuple[tuple[str, str, str], ...] = ()
+    # An admission whose reply was lost: give back what it charged, if it did; meter nothing.
+    void: bool = False
 
     @staticmethod
     def today() -> str:

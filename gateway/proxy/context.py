@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from starlette.types import Scope
 
-_CLIENT_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_CLIENT_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 # nginx's code for "client closed the request": only ever seen in our own logs and metrics.
@@ -19,7 +19,7 @@ CLIENT_CLOSED = 499
 def client_request_id(header: str | None) -> str | None:
     """The client's own id when it is safe to echo and log. Only echoed, logged and passed on:
     a client chooses it, so it never keys anything that must be unique."""
-    if header and _CLIENT_REQUEST_ID_RE.match(header):
+    if header and _CLIENT_REQUEST_ID_RE.fullmatch(header):
         return header
     return None
 

@@ -182,7 +182,7 @@ class Pipeline:
             key.team, principal.team_limits, key.id, key.limits, ctx.model, dt.datetime.now(dt.UTC)
         )
         reservation = call.reservation(self._settings.default_max_tokens)
-        admission = await self._limiter.admit(planned, ctx.request_id, reservation)
+        admission = await self._limiter.admit(key.team, planned, ctx.request_id, reservation)
         if not admission.allowed:
             self._metrics.rate_limited.labels(ctx.model, key.team).inc()
             error = admission.error()
@@ -245,10 +245,18 @@ class Pipeline:
             await relay.run(receive, send)
             return
         try:
-            body = await self._read(upstream, pool, head_deadline if not call.stream else None)
+            # A client that leaves while a whole answer is read frees the worker too.
+            read = await unless_client_leaves(
+                self._read(upstream, pool, head_deadline if not call.stream else None), receive
+            )
         except GatewayError as error:
             outcome.error_reason = error.code.wire_code
             raise
+        finished, body = read
+        if not finished or body is None:
+            outcome.disconnected = True
+            ctx.status = CLIENT_CLOSED
+            return
         if response.status != 200:
             outcome.error_reason = f"status_{response.status}"
             raise worker_failure(model.name, response.status, body, response.headers)
@@ -270,10 +278,18 @@ class Pipeline:
         """A whole answer (or a stream request's error answer, within the idle timeout)."""
         if deadline is None:
             deadline = asyncio.get_running_loop().time() + pool.model.timeouts.idle
+        done = False
         try:
-            return await read_whole(upstream, deadline=deadline, max_bytes=_MAX_ANSWER_BYTES)
+            body = await read_whole(upstream, deadline=deadline, max_bytes=_MAX_ANSWER_BYTES)
+            done = True
+            return body
         finally:
-            upstream.release()
+            # Read whole, the connection goes back to the pool; cut short, it is dropped, which
+            # is what makes an engine stop generating.
+            if done:
+                upstream.release()
+            else:
+                upstream.close()
 
 
 def _header(scope: Scope, name: str) -> str | None:

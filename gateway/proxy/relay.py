@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -21,9 +22,10 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.dialects.base import ClientStream
 from gateway.proxy.disconnect import client_gone
 from gateway.proxy.settlement import Outcome
-from gateway.proxy.sse import SSEParser
+from gateway.proxy.sse import SSEEvent, SSEParser
 from gateway.proxy.upstream import UpstreamResponse
 from gateway.proxy.usage import InvalidUsage, Usage, parse_usage
+from gateway.proxy.worker_errors import sanitised
 
 STREAM_HEADERS = (
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -119,32 +121,35 @@ class StreamRelay:
         content = self._upstream.response.content
         parser = SSEParser()
         outcome = self.outcome
-        saw_done = False
+        batch = Batch()
         failure: GatewayError | None = None
         try:
             async with asyncio.timeout_at(self._first_token_deadline) as deadline:
-                while True:
+                while not batch.done:
                     chunk = await content.readany()
                     if not chunk:
                         break
-                    # The endpoint's health verdict: it answered in time (only the first counts).
-                    self._upstream.report(True)
-                    deadline.reschedule(None)
-                    out, saw_done, usage = self._process(parser.feed(chunk))
+                    events = parser.feed(chunk)
                     if len(parser.pending) > MAX_EVENT_BYTES:
                         outcome.error_reason = "event_too_large"
                         failure = GatewayError(
                             ErrorCode.UPSTREAM_ERROR, "The worker sent an oversized event."
                         )
                         break
+                    if not events:
+                        continue  # a fragment proves nothing: the deadlines stand
+                    # The endpoint's health verdict: it answered in time (only the first counts).
+                    self._upstream.report(True)
+                    batch = self._process(events)
                     # A client that hangs up once the end is on its way has not left early.
-                    self._delivered = saw_done
-                    if out:
-                        await send({"type": "http.response.body", "body": out, "more_body": True})
-                    if usage is not None:
-                        outcome.relayed_usage = usage  # it reached the client's socket
-                    if saw_done:
-                        break
+                    self._delivered = batch.done
+                    if batch.out:
+                        await send({"type": "http.response.body", "body": batch.out, "more_body": True})
+                    if batch.usage is not None and not outcome.disconnected:
+                        # Written to the client's socket: uvicorn's send returns without writing
+                        # once the client is gone, and wakes the disconnect watcher first.
+                        outcome.relayed_usage = batch.usage
+                    failure = batch.failure
                     deadline.reschedule(loop.time() + self._idle_timeout_s)
         except TimeoutError:
             waited = "first token" if outcome.first_token_at is None else "next token"
@@ -161,26 +166,26 @@ class StreamRelay:
             # The relay itself closed the worker connection: the client left, the worker did not fail.
             outcome.error_reason = None
             return
+        if batch.done and failure is None:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
         # A stream that timed out or ended before its first event counts against the endpoint; one
         # that failed later had already been judged by its first event.
         self._upstream.report(False)
-        if failure is None and not saw_done:
+        if failure is None:
             outcome.error_reason = "stream_truncated"
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream ended early.")
-        if failure is not None:
-            self._delivered = True
-            await send(
-                {"type": "http.response.body", "body": self._client.failure(failure), "more_body": True}
-            )
+        self._delivered = True
+        await send({"type": "http.response.body", "body": self._client.failure(failure), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    def _process(self, events: list[Any]) -> tuple[bytes, bool, Usage | None]:
-        """The client's bytes for a batch of worker events, whether the worker said [DONE], and
-        the last cumulative usage among them."""
+    def _process(self, events: list[SSEEvent]) -> Batch:
+        """The client's bytes for a batch of worker events, and what they said: the end, a
+        failure, the last cumulative usage among them."""
+        batch = Batch()
         out: list[bytes] = []
         outcome = self.outcome
         client = self._client
-        latest: Usage | None = None
         for event in events:
             data = event.data
             if data is None:
@@ -188,7 +193,8 @@ class StreamRelay:
                 continue
             if data == b"[DONE]":
                 out.append(client.done())
-                return b"".join(out), True, latest
+                batch.done = True
+                break
             try:
                 chunk = orjson.loads(data)
             except orjson.JSONDecodeError:
@@ -196,18 +202,38 @@ class StreamRelay:
             if not isinstance(chunk, dict):
                 continue
             if "error" in chunk:
+                # The worker's own error event, re-told in the client's envelope: it ends the stream.
                 outcome.error_reason = "worker_error_event"
+                batch.failure = GatewayError(ErrorCode.UPSTREAM_ERROR, _event_message(chunk["error"]))
+                batch.done = True
+                break
             choices = chunk.get("choices")
             if isinstance(choices, list):
                 _note_choices(choices, outcome)
             if "usage" in chunk and chunk["usage"] is not None:
                 usage = note_usage(chunk["usage"], outcome)
                 if usage is not None:
-                    latest = usage
+                    batch.usage = usage
                     if choices == []:
                         outcome.usage = usage  # the final report
             out.append(client.event(chunk, data))
-        return b"".join(out), False, latest
+        batch.out = b"".join(out)
+        return batch
+
+
+@dataclass(slots=True)
+class Batch:
+    out: bytes = b""
+    done: bool = False  # the worker said [DONE], or failed with an error event
+    failure: GatewayError | None = None
+    usage: Usage | None = None  # the last cumulative usage report among the events
+
+
+def _event_message(error: Any) -> str:
+    message = error.get("message") if isinstance(error, dict) else error
+    if isinstance(message, str) and message.strip():
+        return sanitised("The worker failed mid-stream: " + message)
+    return "The worker failed mid-stream."
 
 
 async def read_whole(upstream: UpstreamResponse, *, deadline: float, max_bytes: int) -> bytes:

@@ -43,9 +43,19 @@ def sanitised(message: str) -> str:
     return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 1] + "…"
 
 
+def _forwarded(headers: Mapping[str, str]) -> dict[str, str]:
+    """Only a plain number of seconds: anything else from a worker is not ours to pass on."""
+    out: dict[str, str] = {}
+    for name in _FORWARDED:
+        value = headers.get(name)
+        if value is not None and value.isascii() and value.isdigit() and len(value) <= 9:
+            out[name] = value
+    return out
+
+
 def worker_failure(model: str, status: int, body: bytes, headers: Mapping[str, str]) -> GatewayError:
     """The error a client gets for a worker's non-200 answer."""
-    forwarded = {name: headers[name] for name in _FORWARDED if name in headers}
+    forwarded = _forwarded(headers)
     message = _message_of(body)
     said = f": {sanitised(message)}" if message else ""
     if 400 <= status < 500 and status not in _GATEWAY_FAULTS:

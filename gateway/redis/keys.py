@@ -44,6 +44,12 @@ def request_marker(team: str, request_id: str) -> str:
     return f"{PREFIX}:{team_tag(team)}:req:{request_id}"
 
 
+def admission_marker(team: str, request_id: str) -> str:
+    """Exists while an admission's charges are unsettled: what lets a charge whose reply was lost
+    be given back, and only if it was really made."""
+    return f"{PREFIX}:{team_tag(team)}:adm:{request_id}"
+
+
 def usage_day(team: str, day: str) -> str:
     return f"{PREFIX}:{team_tag(team)}:usage:{day}"
 

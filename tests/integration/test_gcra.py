@@ -20,13 +20,20 @@ from gateway.redis.breaker import RedisBreaker
 
 T = TypeVar("T")
 ONE = Reservation(0, 0)
+# admit() names the team for its admission marker; these tests check limits, not markers.
+ADMIT_TEAM = "gcra"
 
 
 def _run(redis_url: str, scenario: Callable[[RateLimiter, Redis], Awaitable[T]]) -> T:
     async def main() -> T:
         redis = Redis.from_url(redis_url)
         try:
-            return await scenario(RateLimiter(redis, Metrics(), RedisBreaker(1.0), timeout_s=2), redis)
+            return await scenario(
+                RateLimiter(
+                    redis, Metrics(), RedisBreaker(1.0), Meter(redis, Metrics(), timeout_s=2), timeout_s=2
+                ),
+                redis,
+            )
         finally:
             await redis.aclose()
 
@@ -41,7 +48,7 @@ def test_concurrent_admissions_never_exceed_the_limit(redis_server: EmbeddedRedi
     limit = Limit(LimitKind.REQUESTS, redis_keys.rate_limit(_team(), "key:k1:rpm"), 10, "k1")
 
     async def scenario(limiter: RateLimiter, redis: Redis) -> list[bool]:
-        results = await asyncio.gather(*(limiter.admit([limit], f"r{i}", ONE) for i in range(50)))
+        results = await asyncio.gather(*(limiter.admit(ADMIT_TEAM, [limit], f"r{i}", ONE) for i in range(50)))
         return [r.allowed for r in results]
 
     assert sum(_run(redis_server.url, scenario)) == 10
@@ -53,9 +60,9 @@ def test_a_denial_charges_no_limit_and_names_the_one_that_refused(redis_server: 
     loose = Limit(LimitKind.REQUESTS, redis_keys.rate_limit(team, "team"), 100, "loose")
 
     async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[list[bool], str | None, int]:
-        results = [await limiter.admit([loose, tight], f"r{i}", ONE) for i in range(4)]
+        results = [await limiter.admit(ADMIT_TEAM, [loose, tight], f"r{i}", ONE) for i in range(4)]
         denied = results[-1].denied_by
-        after = await limiter.admit([loose], "after", ONE)
+        after = await limiter.admit(ADMIT_TEAM, [loose], "after", ONE)
         return (
             [r.allowed for r in results],
             denied.limit.description if denied else None,
@@ -72,10 +79,14 @@ def test_the_limit_refills_at_its_rate(redis_server: EmbeddedRedis) -> None:
     limit = Limit(LimitKind.REQUESTS, redis_keys.rate_limit(_team(), "fast"), 5, "fast", period_s=0.5)
 
     async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[int, float, bool]:
-        burst = [await limiter.admit([limit], f"r{i}", ONE) for i in range(6)]
+        burst = [await limiter.admit(ADMIT_TEAM, [limit], f"r{i}", ONE) for i in range(6)]
         retry = burst[-1].denied_by.retry_after_s if burst[-1].denied_by else -1.0
         await asyncio.sleep(0.12)  # one emission interval is 0.1 s
-        return sum(r.allowed for r in burst), retry, (await limiter.admit([limit], "later", ONE)).allowed
+        return (
+            sum(r.allowed for r in burst),
+            retry,
+            (await limiter.admit(ADMIT_TEAM, [limit], "later", ONE)).allowed,
+        )
 
     admitted, retry_after, later = _run(redis_server.url, scenario)
     assert admitted == 5
@@ -89,11 +100,11 @@ def test_concurrency_slots_are_held_until_settled(redis_server: EmbeddedRedis) -
 
     async def scenario(limiter: RateLimiter, redis: Redis) -> list[bool]:
         meter = Meter(redis, Metrics(), timeout_s=2)
-        first = await limiter.admit([slots], "a", ONE)
-        second = await limiter.admit([slots], "b", ONE)
-        third = await limiter.admit([slots], "c", ONE)
+        first = await limiter.admit(ADMIT_TEAM, [slots], "a", ONE)
+        second = await limiter.admit(ADMIT_TEAM, [slots], "b", ONE)
+        third = await limiter.admit(ADMIT_TEAM, [slots], "c", ONE)
         await meter.record(_usage(team, "a", first.settlements(0, 0)))
-        fourth = await limiter.admit([slots], "d", ONE)
+        fourth = await limiter.admit(ADMIT_TEAM, [slots], "d", ONE)
         return [first.allowed, second.allowed, third.allowed, fourth.allowed]
 
     assert _run(redis_server.url, scenario) == [True, True, False, True]
@@ -106,12 +117,12 @@ def test_token_reservations_are_settled_to_the_real_usage(redis_server: Embedded
 
     async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[int, int, int, bool, LimitKind]:
         meter = Meter(redis, Metrics(), timeout_s=2)
-        big = await limiter.admit([tpm, budget], "big", Reservation(100, 800))  # reserves 900
-        during = (await limiter.admit([tpm], "probe1", Reservation(0, 0))).states[0].remaining
+        big = await limiter.admit(ADMIT_TEAM, [tpm, budget], "big", Reservation(100, 800))  # reserves 900
+        during = (await limiter.admit(ADMIT_TEAM, [tpm], "probe1", Reservation(0, 0))).states[0].remaining
         await meter.record(_usage(team, "big", big.settlements(100, 50)))  # used 150: 750 back
-        after = (await limiter.admit([tpm], "probe2", Reservation(0, 0))).states[0].remaining
+        after = (await limiter.admit(ADMIT_TEAM, [tpm], "probe2", Reservation(0, 0))).states[0].remaining
         used = int(await redis.get(budget.redis_key) or 0)
-        over = await limiter.admit([tpm, budget], "over", Reservation(100, 1300))
+        over = await limiter.admit(ADMIT_TEAM, [tpm, budget], "over", Reservation(100, 1300))
         assert over.denied_by is not None
         return during, after, used, over.allowed, over.denied_by.limit.kind
 

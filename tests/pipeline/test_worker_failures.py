@@ -46,10 +46,13 @@ def test_a_malformed_worker_answer_is_tried_at_most_twice(
 ) -> None:
     with make_gateway(hostile_table(hostile.urls)) as gw:
         key = gw.new_key()
-        post(f"{gw.url}{CHAT}", chat(MODEL, stream=stream), key=key["key"], headers=hostile_headers(mode))
+        reply = post(
+            f"{gw.url}{CHAT}", chat(MODEL, stream=stream), key=key["key"], headers=hostile_headers(mode)
+        )
         attempts = hostile.count(mode)
         assert 1 <= attempts <= 2, (
-            f"one client request reached the worker {attempts} times: a broken worker gets hammered"
+            f"one client request reached the worker {attempts} times: a broken worker gets hammered "
+            f"(the client got {reply.status} {reply.body[:200]!r})"
         )
 
 

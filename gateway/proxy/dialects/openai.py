@@ -30,6 +30,7 @@ class OpenAICall:
     input_field: str
     wants_usage: bool  # the client asked for the final usage chunk
     wants_continuous_usage: bool  # ... and for usage on every chunk
+    prompt_estimate: int  # ~4 characters a token
     is_embeddings: bool = False
 
     @property
@@ -55,7 +56,7 @@ class OpenAICall:
             if continuous_usage:
                 options["continuous_usage_stats"] = True
             payload["stream_options"] = options
-        return orjson.dumps(payload)
+        return _dumps(payload)
 
     def reservation(self, default_max_tokens: int) -> Reservation:
         """What admission charges token limits before the real usage is known."""
@@ -64,9 +65,8 @@ class OpenAICall:
         return Reservation(self.estimated_prompt_tokens(), completion)
 
     def estimated_prompt_tokens(self) -> int:
-        """~4 characters a token: for reservations, and for usage a worker did not report."""
-        text = self.payload.get(self.input_field)
-        return max(1, len(orjson.dumps(text)) // 4) if text else 0
+        """For reservations, and for usage a worker did not report."""
+        return self.prompt_estimate
 
 
 class OpenAIStream:
@@ -90,7 +90,10 @@ class OpenAIStream:
                 del chunk["usage"]  # cumulative usage on a content chunk: the gateway's alone
                 if "model" in chunk:
                     chunk["model"] = self._name
-                return b"data: " + orjson.dumps(chunk) + b"\n\n"
+                try:
+                    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+                except orjson.JSONEncodeError:
+                    pass  # nested deeper than orjson writes: relayed as the worker wrote it
         return b"data: " + self._rewrite.apply(data, chunk.get("model")) + b"\n\n"
 
     def done(self) -> bytes:
@@ -161,6 +164,7 @@ class OpenAIDialect:
             input_field=self.input_field,
             wants_usage=bool(options and options.get("include_usage") is True),
             wants_continuous_usage=bool(options and options.get("continuous_usage_stats") is True),
+            prompt_estimate=_estimate(payload[self.input_field]),
             is_embeddings=not self.can_stream,
         )
 
@@ -219,6 +223,21 @@ def reset_duration(seconds: float) -> str:
 CHAT = OpenAIDialect("openai.chat", "/v1/chat/completions", "messages", can_stream=True)
 COMPLETIONS = OpenAIDialect("openai.completions", "/v1/completions", "prompt", can_stream=True)
 EMBEDDINGS = OpenAIDialect("openai.embeddings", "/v1/embeddings", "input", can_stream=False)
+
+
+def _dumps(value: Any) -> bytes:
+    """orjson reads JSON nested 1,024 deep but writes only 254: a body in between is the
+    client's mistake, not the gateway's."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST, "The request body is nested too deeply (at most 254 levels)."
+        ) from None
+
+
+def _estimate(text: Any) -> int:
+    return max(1, len(_dumps(text)) // 4) if text else 0
 
 
 def _field_error(param: str, problem: str) -> GatewayError:

@@ -1,6 +1,7 @@
 -- Atomic admission over every limit of one request: either all admit it and are charged, or
 -- none is. Redis server TIME, so replicas with skewed clocks agree.
--- KEYS[i]: the state key of limit i; all share the team's hash tag (Redis Cluster safe).
+-- KEYS[i]: the state key of limit i, then last the request's admission marker (it exists while
+-- the charges are unsettled); all share the team's hash tag (Redis Cluster safe).
 -- ARGV[1]: the request id; then four values per limit: kind, a, b, c
 --   "g" GCRA, for requests or tokens: a = rate, b = period (s), c = cost (1, or reserved tokens)
 --   "c" concurrency slots:            a = max in flight, b = lease (s)
@@ -12,7 +13,9 @@ local time = redis.call("TIME")
 local now = (tonumber(time[1]) - 1483228800) + tonumber(time[2]) / 1000000
 local out = {1, 0}
 local apply = {}
-for i = 1, #KEYS do
+local limits = #KEYS - 1
+local lease = 0
+for i = 1, limits do
   local base = 1 + (i - 1) * 4
   local kind = ARGV[base + 1]
   local a, b, c = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
@@ -52,7 +55,7 @@ for i = 1, #KEYS do
   out[#out + 1] = tostring(retry_after)
 end
 if out[1] == 1 then
-  for i = 1, #KEYS do
+  for i = 1, limits do
     local base = 1 + (i - 1) * 4
     local kind = ARGV[base + 1]
     if kind == "g" then
@@ -60,10 +63,15 @@ if out[1] == 1 then
     elseif kind == "c" then
       redis.call("ZADD", KEYS[i], apply[i], ARGV[1])
       redis.call("EXPIRE", KEYS[i], math.ceil(tonumber(ARGV[base + 3])) + 1)
+      lease = math.ceil(tonumber(ARGV[base + 3])) + 1
     else
       redis.call("INCRBY", KEYS[i], apply[i])
       redis.call("EXPIRE", KEYS[i], math.ceil(tonumber(ARGV[base + 4])) + 3600)
     end
   end
+end
+if out[1] == 1 then
+  -- Outlives every lease; a budget's or a minute's refund is worthless much later anyway.
+  redis.call("SET", KEYS[#KEYS], "1", "EX", math.max(lease, 3600))
 end
 return out

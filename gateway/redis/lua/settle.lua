@@ -1,29 +1,38 @@
 -- Settle one finished request, exactly once per request id: meter its usage, give back what its
 -- admission reserved beyond what it used (or charge the excess), release its concurrency slots.
 -- KEYS[1]: the request's idempotency marker; KEYS[2]: the team's usage hash for one UTC day;
--- KEYS[3]: the team's set of days with usage; KEYS[4..]: limit state keys to settle.
--- All share the team's hash tag (Redis Cluster safe).
--- ARGV[1..8]: marker_ttl, usage_ttl, day, field prefix "key_id|model", prompt, completion, error,
--- disconnect; then two values per limit key: kind, a
+-- KEYS[3]: the team's set of days with usage; KEYS[4]: the admission marker (admit.lua);
+-- KEYS[5..]: limit state keys to settle. All share the team's hash tag (Redis Cluster safe).
+-- ARGV[1..9]: marker_ttl, usage_ttl, day, field prefix "key_id|model", prompt, completion, error,
+-- disconnect, void; then two values per limit key: kind, a
+-- void = "1": an admission whose reply was lost (the client was refused): give back what it
+-- charged, only if admit.lua did charge it (its marker exists), and meter nothing.
 --   "g" token GCRA: a = "<seconds per token>:<tokens to give back>" (negative: charge more)
 --   "c" concurrency: a = the request id to release
 --   "b" budget:      a = tokens to give back (negative: charge more)
-if not redis.call("SET", KEYS[1], "1", "NX", "EX", ARGV[1]) then
-  return 0
+if ARGV[9] == "1" then
+  if redis.call("DEL", KEYS[4]) == 0 then
+    return 0
+  end
+else
+  if not redis.call("SET", KEYS[1], "1", "NX", "EX", ARGV[1]) then
+    return 0
+  end
+  redis.call("DEL", KEYS[4])
+  local prefix = ARGV[4]
+  redis.call("HINCRBY", KEYS[2], prefix .. "|requests", 1)
+  redis.call("HINCRBY", KEYS[2], prefix .. "|prompt_tokens", ARGV[5])
+  redis.call("HINCRBY", KEYS[2], prefix .. "|completion_tokens", ARGV[6])
+  if ARGV[7] ~= "0" then redis.call("HINCRBY", KEYS[2], prefix .. "|errors", 1) end
+  if ARGV[8] ~= "0" then redis.call("HINCRBY", KEYS[2], prefix .. "|disconnects", 1) end
+  redis.call("EXPIRE", KEYS[2], ARGV[2])
+  redis.call("SADD", KEYS[3], ARGV[3])
 end
-local prefix = ARGV[4]
-redis.call("HINCRBY", KEYS[2], prefix .. "|requests", 1)
-redis.call("HINCRBY", KEYS[2], prefix .. "|prompt_tokens", ARGV[5])
-redis.call("HINCRBY", KEYS[2], prefix .. "|completion_tokens", ARGV[6])
-if ARGV[7] ~= "0" then redis.call("HINCRBY", KEYS[2], prefix .. "|errors", 1) end
-if ARGV[8] ~= "0" then redis.call("HINCRBY", KEYS[2], prefix .. "|disconnects", 1) end
-redis.call("EXPIRE", KEYS[2], ARGV[2])
-redis.call("SADD", KEYS[3], ARGV[3])
 
 local time = redis.call("TIME")
 local now = (tonumber(time[1]) - 1483228800) + tonumber(time[2]) / 1000000
-for i = 4, #KEYS do
-  local base = 8 + (i - 4) * 2
+for i = 5, #KEYS do
+  local base = 9 + (i - 5) * 2
   local kind, a = ARGV[base + 1], ARGV[base + 2]
   if kind == "g" then
     local sep = string.find(a, ":", 1, true)
