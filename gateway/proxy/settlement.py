@@ -74,8 +74,10 @@ class Settlement:
         if out.relayed_usage is not None:
             # Left mid-stream: the worker's count up to the last chunk the client received.
             return out.relayed_usage.prompt_tokens, out.relayed_usage.completion_tokens
-        if not out.reached_worker and not out.disconnected:
-            return 0, 0  # refused before any worker answered: nothing was generated
+        if out.failed or (not out.reached_worker and not out.disconnected):
+            # The client got an error instead of an answer: refused, a worker that failed or
+            # refused, a timeout. Nothing reached it to bill.
+            return 0, 0
         completion = out.estimated_completion if out.estimated_completion is not None else out.tokens_relayed
         return self.estimated_prompt, completion
 

@@ -212,6 +212,7 @@ def _inflight(metrics: Metrics) -> float:
     [
         ({"reached_worker": True, "usage": Usage(4, 6)}, (4, 6), Ending.OK),
         ({"failed": True}, (0, 0), Ending.ERROR),  # refused before any worker answered
+        ({"reached_worker": True, "failed": True, "error_reason": "status_400"}, (0, 0), Ending.ERROR),
         ({"disconnected": True}, (10, 0), Ending.DISCONNECTED),  # left while queued
         (
             {"reached_worker": True, "disconnected": True, "relayed_usage": Usage(5, 3)},
