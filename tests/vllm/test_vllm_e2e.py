@@ -3,14 +3,17 @@ token counts and behaviour, never on text."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 import pytest
@@ -24,9 +27,12 @@ from openai.types.chat import (
 from gateway.config import ModelConfig, ModelTable, Timeouts
 from tests.conftest import Gateway, GatewayFactory
 from tests.vllm.conftest import ROOT, SERVED_NAME
+from tests.vllm.processes import engine_of
+from tests.waiting import wait_until
 
 MODEL = "tiny-llama"  # the gateway's name; the worker serves it as SERVED_NAME
 HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Tell me about the weather."}]
+PROMPT_ROOM = 100  # tokens left for HELLO under the chat template, with room to spare
 WEATHER_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
@@ -59,17 +65,52 @@ def vllm_gateway(make_gateway_module: GatewayFactory, vllm_url: str) -> Iterator
         yield gw
 
 
-def _vllm_metric(vllm_url: str, name: str) -> float:
+def _vllm_metric(vllm_url: str, name: str, *, absent: float | None = None, **labels: str) -> float:
+    """The sum of `name`'s samples whose labels include `labels`; `absent` if there are none,
+    else that is a failure."""
     with urllib.request.urlopen(f"{vllm_url}/metrics", timeout=10) as resp:  # noqa: S310
         text = resp.read().decode()
-    pattern = rf"^{re.escape(name)}\{{[^}}]*\}} ([0-9.e+-]+)$"
-    values = [float(m) for m in re.findall(pattern, text, re.M)]
-    assert values, f"vLLM exports {name}"
+    values = [
+        float(value)
+        for found, value in re.findall(rf"^{re.escape(name)}\{{([^}}]*)\}} ([0-9.e+-]+)$", text, re.M)
+        if all(f'{k}="{v}"' in found.split(",") for k, v in labels.items())
+    ]
+    if not values and absent is not None:
+        return absent
+    assert values, f"vLLM exports {name} {labels}"
     return sum(values)
 
 
-def _running(vllm_url: str) -> float:
-    return _vllm_metric(vllm_url, "vllm:num_requests_running")
+def _load(vllm_url: str) -> float:
+    return _vllm_metric(vllm_url, "vllm:num_requests_running") + _vllm_metric(
+        vllm_url, "vllm:num_requests_waiting"
+    )
+
+
+def _max_model_len(vllm_url: str) -> int:
+    with urllib.request.urlopen(f"{vllm_url}/v1/models", timeout=10) as resp:  # noqa: S310
+        (card,) = [m for m in json.load(resp)["data"] if m["id"] == SERVED_NAME]
+    length: int = card["max_model_len"]
+    return length
+
+
+@dataclass(frozen=True)
+class _Counts:
+    completed: float
+    """Requests vLLM generated to their end, whatever the finished_reason."""
+    generated: float
+    """Tokens vLLM generated."""
+    responses: float
+    """Chat responses its API server has ended, a client that left included."""
+
+    @classmethod
+    def read(cls, vllm_url: str) -> _Counts:
+        return cls(
+            _vllm_metric(vllm_url, "vllm:request_success_total"),
+            _vllm_metric(vllm_url, "vllm:generation_tokens_total"),
+            # A labelled series appears with its first request.
+            _vllm_metric(vllm_url, "http_requests_total", absent=0, handler="/v1/chat/completions"),
+        )
 
 
 def _usage(gw: Gateway, team: str) -> dict[str, Any]:
@@ -131,27 +172,46 @@ def test_stream_chat_with_and_without_usage_is_metered_exactly(vllm_gateway: Gat
 def test_client_disconnect_aborts_the_generation_in_vllm(vllm_gateway: Gateway, vllm_url: str) -> None:
     key = vllm_gateway.new_key()
     client = vllm_gateway.client(key["key"])
-    generated_before = _vllm_metric(vllm_url, "vllm:generation_tokens_total")
-    with client.chat.completions.with_streaming_response.create(
-        model=MODEL, messages=HELLO, max_tokens=1800, stream=True, extra_body={"ignore_eos": True}
-    ) as raw:
-        received = 0
-        for chunk in raw.parse():
-            if chunk.choices and chunk.choices[0].delta.content:
-                received += 1
-            if received >= 10:
-                break
-    # The client has hung up. Asking vLLM whether it is still generating at that moment would race
-    # with a fast CPU finishing all 1,800 tokens; what it generated in all is the proof instead.
-    left = time.monotonic()
-    while _running(vllm_url) > 0 and time.monotonic() - left < 5:
-        time.sleep(0.05)
-    assert _running(vllm_url) == 0, "vLLM still generating 5 s after the client left"
-    generated = _vllm_metric(vllm_url, "vllm:generation_tokens_total") - generated_before
-    assert 10 <= generated < 1800, f"vLLM generated {generated} tokens: the disconnect did not stop it"
+    # The whole window the prompt leaves: minutes of generation here, seconds on the fastest CPU.
+    max_tokens = _max_model_len(vllm_url) - PROMPT_ROOM
+    port = urlsplit(vllm_url).port
+    assert port is not None
+    with engine_of(port) as engine:
+        if engine is None:
+            pytest.skip("the vLLM behind SLUICEGATE_VLLM_URL runs where this test cannot pause it")
+        before = _Counts.read(vllm_url)
+        with client.chat.completions.with_streaming_response.create(
+            model=MODEL, messages=HELLO, max_tokens=max_tokens, stream=True, extra_body={"ignore_eos": True}
+        ) as raw:
+            received = 0
+            for chunk in raw.parse():
+                if chunk.choices and chunk.choices[0].delta.content:
+                    received += 1
+                if received >= 10:
+                    break
+            # vLLM's engine stops generating here, so the hang-up below reaches vLLM before it can
+            # get any further, however fast this machine is or however late the chunks came.
+            engine.freeze()
+        # The client has hung up. Its API server, which still runs, ends the response once the
+        # gateway has closed the worker connection, and aborts the generation on its way out.
+        wait_until(
+            lambda: _Counts.read(vllm_url).responses > before.responses,
+            30,
+            what="vLLM to see the gateway close the stream of the client that left",
+        )
+    # The engine runs again, the abort waiting for it.
+    wait_until(lambda: _load(vllm_url) == 0, 30, what="vLLM to stop generating for the client that left")
+    after = _Counts.read(vllm_url)
+    generated = after.generated - before.generated
+    # vLLM counts requests it completes (finished_reason stop/length/...); one its client abandons
+    # is aborted, and a client-side abort is counted nowhere (seen on vLLM 0.32.0).
+    assert after.completed == before.completed, (
+        f"vLLM completed the generation ({generated:.0f} tokens) instead of aborting it"
+    )
+    assert 10 <= generated < max_tokens
     row = _usage(vllm_gateway, key["team"])
     assert row["disconnects"] == 1
-    assert 10 <= row["completion_tokens"] < 1800
+    assert 10 <= row["completion_tokens"] < max_tokens
 
 
 def test_unknown_model_is_404_from_the_gateway_and_from_vllm(vllm_gateway: Gateway) -> None:

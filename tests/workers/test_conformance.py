@@ -38,6 +38,7 @@ from workers.reframr.deterministic import DeterministicEngine
 MODEL = "conf-model"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUITE = "workers/conformance"
+CONTINUOUS_USAGE = f"{SUITE}/test_continuous_usage.py"
 # Rules the fake worker breaks (see the report in workers/CONTRACT.md, "Known deviations").
 FAKE_DEVIATIONS = ("REQ-3", "ERR-3", "TOOL-5")
 
@@ -118,6 +119,22 @@ def usage_always(body: dict[str, Any]) -> dict[str, str]:
     return {}
 
 
+def running_usage_unasked(body: dict[str, Any]) -> dict[str, str]:
+    """Broken: usage on every chunk of every stream that asks for usage at all."""
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        options["continuous_usage_stats"] = True
+    return {}
+
+
+def without_running_usage(body: dict[str, Any]) -> dict[str, str]:
+    """Short of SSE-10: never counts per chunk, as a worker that does not know the option."""
+    options = body.get("stream_options")
+    if isinstance(options, dict):
+        options.pop("continuous_usage_stats", None)
+    return {}
+
+
 def any_model(body: dict[str, Any]) -> dict[str, str]:
     """Broken: serves whatever model is asked for with the one it has."""
     if "model" in body:
@@ -177,6 +194,20 @@ class ResponseRewrite:
 def drop_done(chunk: bytes) -> bytes:
     """Broken: never sends `data: [DONE]`."""
     return chunk.replace(b"data: [DONE]\n\n", b"")
+
+
+def lagging_running_usage(chunk: bytes) -> bytes:
+    """Short of SSE-10: each chunk's running count one token behind, so the last one disagrees
+    with the final usage chunk."""
+    if not chunk.startswith(b"data: {"):
+        return chunk
+    event = json.loads(chunk[len(b"data: ") :])
+    usage = event.get("usage")
+    if not event.get("choices") or not isinstance(usage, dict):
+        return chunk
+    usage["completion_tokens"] = max(usage["completion_tokens"] - 1, 0)
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
 
 
 def bare_errors(scope: Scope, status: int, body: bytes) -> bytes:
@@ -252,6 +283,22 @@ VARIANTS: dict[str, tuple[Callable[[], ASGIApp], tuple[str, ...], set[str]]] = {
         (f"{SUITE}/test_disconnect.py",),
         {"DIS-1", "DIS-2"},
     ),
+    "running-usage-unasked": (
+        lambda: RequestRewrite(_fake(), running_usage_unasked),
+        (),
+        {"SSE-7"},
+    ),
+    # SSE-10 is a SHOULD: only a strict run fails on it.
+    "no-running-usage": (
+        lambda: RequestRewrite(_fake(), without_running_usage),
+        (CONTINUOUS_USAGE, "--worker-strict"),
+        {"SSE-10"},
+    ),
+    "lagging-running-usage": (
+        lambda: ResponseRewrite(_fake(), chunk=lagging_running_usage),
+        (CONTINUOUS_USAGE, "--worker-strict"),
+        {"SSE-10"},
+    ),
 }
 
 
@@ -286,9 +333,10 @@ def test_the_fake_worker_passes() -> None:
     # What the bare fake cannot show is reported as not decided, with the reason.
     assert undecided_rules(result.stdout) == {"DIS-1", "DIS-2", "EP-5", "ERR-5"}, result.stdout
     assert "not declared able to call tools (--worker-tools)" in result.stdout, result.stdout
-    # Its deviations are on record.
+    # Its deviations are on record; running usage (SSE-10, a SHOULD) is not among them.
     for rule_id in FAKE_DEVIATIONS:
         assert f"XFAIL {rule_id} (MUST)" in result.stdout, result.stdout
+    assert "SSE-10" not in result.stdout, result.stdout
 
 
 def test_the_fake_worker_with_engine_knobs_passes_the_tool_and_disconnect_rules() -> None:
@@ -316,6 +364,7 @@ def test_the_reframr_worker_passes() -> None:
     assert undecided_rules(result.stdout) == set(), result.stdout
     # Reframr writes a call only when its answer starts with one: tool_choice cannot force it.
     assert "XFAIL TOOL-7 (SHOULD)" in result.stdout, result.stdout
+    assert "SSE-10" not in result.stdout, result.stdout
 
 
 def _run_variant(name: str) -> tuple[str, subprocess.CompletedProcess[str]]:

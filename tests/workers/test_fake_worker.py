@@ -18,10 +18,10 @@ import orjson
 import pytest
 
 from tests.servers import free_port, run_uvicorn
+from workers.common.framing import ChatFrames, CompletionFrames
 from workers.fake import create_app
-from workers.fake.framing import ChatFrames, CompletionFrames
+from workers.fake.aborts import HideInjectedAborts
 from workers.fake.records import RequestRecord, RequestRecords
-from workers.fake.streaming import HideInjectedAborts
 
 MODEL = "fake-model"
 OTHER = "other-model"
@@ -273,11 +273,13 @@ def test_zero_tokens_still_finish_the_stream(base_url: str) -> None:
 @pytest.mark.parametrize("text", ["tok0 ", "", '"quoted" \\ back\nslash é 日本 🚀 \u2028'])
 def test_token_chunks_are_byte_identical_to_orjson(text: str) -> None:
     head = {"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 7, "model": 'm"é'}
-    assert ChatFrames("chatcmpl-x", 7, 'm"é').token(text) == (
+    assert ChatFrames("chatcmpl-x", 7, 'm"é').token(text, generated=1) == (
         b"data: " + chat_chunk(head, {"content": text}) + b"\n\n"
     )
     head = {**head, "id": "cmpl-x", "object": "text_completion"}
-    assert CompletionFrames("cmpl-x", 7, 'm"é').token(text) == (b"data: " + text_chunk(head, text) + b"\n\n")
+    assert CompletionFrames("cmpl-x", 7, 'm"é').token(text, generated=1) == (
+        b"data: " + text_chunk(head, text) + b"\n\n"
+    )
 
 
 # --- non-stream answers -------------------------------------------------------------------------

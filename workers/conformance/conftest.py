@@ -8,6 +8,7 @@ The worker must be otherwise idle during the run: the load and disconnect rules 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections import defaultdict
@@ -232,6 +233,24 @@ def path_for(kind: str) -> str:
     return CHAT_PATH if kind == "chat" else COMPLETIONS_PATH
 
 
+# The `stream_options` of each streamed exchange, by the name the tests use for it.
+STREAM_OPTIONS: dict[str, JSONObject | None] = {
+    "asked": {"include_usage": True},
+    "absent": None,
+    "declined": {"include_usage": False},
+    "continuous": {"include_usage": True, "continuous_usage_stats": True},
+    "continuous-off": {"include_usage": True, "continuous_usage_stats": False},
+    "continuous-alone": {"include_usage": False, "continuous_usage_stats": True},
+}
+
+
+def stream_context(kind: str, usage: str) -> str:
+    """How a failure names the stream it saw."""
+    options = STREAM_OPTIONS[usage]
+    shown = "no stream_options" if options is None else f"stream_options {json.dumps(options)}"
+    return f"{kind} stream with {shown}"
+
+
 class Exchanges:
     """Requests several rules look at, made once per run."""
 
@@ -248,12 +267,13 @@ class Exchanges:
         return self._whole[kind]
 
     def stream(self, kind: str, usage: str) -> Stream:
-        """The same request streamed; `usage` is "asked", "absent" or "declined" (include_usage false)."""
+        """The same request streamed with the `stream_options` that `STREAM_OPTIONS[usage]` names."""
         key = (kind, usage)
         if key not in self._streams:
             extra: dict[str, Any] = {"stream": True}
-            if usage != "absent":
-                extra["stream_options"] = {"include_usage": usage == "asked"}
+            options = STREAM_OPTIONS[usage]
+            if options is not None:
+                extra["stream_options"] = options
             body = body_for(kind, self.worker.model, **extra)
             self._streams[key] = client.stream_request(self.worker, path_for(kind), body)
         return self._streams[key]

@@ -52,6 +52,7 @@ RULES: dict[str, Rule] = {
     "SSE-7": Rule("MUST", "include_usage adds one usage chunk with choices [] before [DONE]", True),
     "SSE-8": Rule("MUST", "without include_usage no chunk carries usage", True),
     "SSE-9": Rule("SHOULD", "text is streamed as it is generated, or the worker says it is not", False),
+    "SSE-10": Rule("SHOULD", "continuous_usage_stats puts the running usage on every chunk", True),
     # Usage
     "USE-1": Rule("MUST", "every non-stream answer has a complete usage object", True),
     "USE-2": Rule("MUST", "tokens are the engine's tokenizer's, prompt after the chat template", False),

@@ -6,21 +6,13 @@ import pytest
 
 from workers.conformance.checks import FINISH_REASONS, usage_object
 from workers.conformance.client import Stream, Worker
-from workers.conformance.conftest import SHORT_TOKENS, Exchanges
+from workers.conformance.conftest import SHORT_TOKENS, Exchanges, stream_context
 from workers.conformance.rules import rule
 
 KINDS = ["chat", "completions"]
-USAGE = ["asked", "absent", "declined"]
+# A stream with usage on every chunk (SSE-10) must be framed like any other, so it is among them.
+USAGE = ["asked", "absent", "declined", "continuous"]
 OBJECTS = {"chat": "chat.completion.chunk", "completions": "text_completion"}
-
-
-def _context(kind: str, usage: str) -> str:
-    options = {
-        "asked": "stream_options.include_usage true",
-        "absent": "no stream_options",
-        "declined": "stream_options.include_usage false",
-    }
-    return f"{kind} stream with {options[usage]}"
 
 
 @pytest.fixture(params=KINDS)
@@ -42,7 +34,7 @@ def stream(exchanges: Exchanges, kind: str, usage: str) -> Stream:
 
 @pytest.mark.rules("SSE-1")
 def test_stream_headers(stream: Stream, kind: str, usage: str) -> None:
-    reply, where = stream.reply, _context(kind, usage)
+    reply, where = stream.reply, stream_context(kind, usage)
     rule("SSE-1", reply.status == 200, f"{where}: expected 200, saw {reply.brief()}")
     content_type = reply.headers.get("content-type", "")
     rule(
@@ -59,7 +51,7 @@ def test_stream_headers(stream: Stream, kind: str, usage: str) -> None:
 
 @pytest.mark.rules("SSE-2")
 def test_stream_is_data_events_only(stream: Stream, kind: str, usage: str) -> None:
-    where = _context(kind, usage)
+    where = stream_context(kind, usage)
     rule(
         "SSE-2",
         not stream.framing_problems,
@@ -74,7 +66,7 @@ def test_stream_is_data_events_only(stream: Stream, kind: str, usage: str) -> No
 
 @pytest.mark.rules("SSE-3")
 def test_stream_ends_with_done(stream: Stream, kind: str, usage: str) -> None:
-    where = _context(kind, usage)
+    where = stream_context(kind, usage)
     rule(
         "SSE-3",
         stream.reply.complete,
@@ -94,7 +86,7 @@ def test_stream_ends_with_done(stream: Stream, kind: str, usage: str) -> None:
 
 @pytest.mark.rules("SSE-4", "REQ-1")
 def test_chunks_share_one_identity(worker: Worker, stream: Stream, kind: str, usage: str) -> None:
-    where = _context(kind, usage)
+    where = stream_context(kind, usage)
     rule("SSE-4", stream.chunks, f"{where}: expected JSON chunks, saw none ({stream.reply.brief()})")
     first = stream.chunks[0]
     rule("SSE-4", isinstance(first.get("id"), str) and first["id"], f"{where}: expected a string id: {first}")
@@ -120,7 +112,7 @@ def test_chunks_share_one_identity(worker: Worker, stream: Stream, kind: str, us
 
 @pytest.mark.rules("SSE-5")
 def test_first_chat_chunk_carries_the_role(exchanges: Exchanges, usage: str) -> None:
-    stream, where = exchanges.stream("chat", usage), _context("chat", usage)
+    stream, where = exchanges.stream("chat", usage), stream_context("chat", usage)
     rule("SSE-5", stream.with_choices, f"{where}: expected chunks with choices, saw {stream.reply.brief()}")
     first = stream.chunks[0]
     choices = first.get("choices") or [{}]
@@ -136,7 +128,7 @@ def test_first_chat_chunk_carries_the_role(exchanges: Exchanges, usage: str) -> 
 
 @pytest.mark.rules("SSE-6")
 def test_one_chunk_finishes_the_choice(stream: Stream, kind: str, usage: str) -> None:
-    where = _context(kind, usage)
+    where = stream_context(kind, usage)
     with_choices = stream.with_choices
     rule("SSE-6", with_choices, f"{where}: expected chunks with choices, saw {stream.reply.brief()}")
     for number, chunk in enumerate(with_choices, 1):
@@ -173,7 +165,7 @@ def test_one_chunk_finishes_the_choice(stream: Stream, kind: str, usage: str) ->
 
 @pytest.mark.rules("SSE-7", "REQ-2")
 def test_usage_chunk_when_asked(exchanges: Exchanges, kind: str) -> None:
-    stream, where = exchanges.stream(kind, "asked"), _context(kind, "asked")
+    stream, where = exchanges.stream(kind, "asked"), stream_context(kind, "asked")
     carrying = [c for c in stream.chunks if c.get("usage") is not None]
     rule("SSE-7", len(carrying) == 1, f"{where}: expected exactly one chunk with usage, saw {len(carrying)}")
     chunk = carrying[0]
@@ -201,7 +193,7 @@ def test_usage_chunk_when_asked(exchanges: Exchanges, kind: str) -> None:
 @pytest.mark.rules("SSE-8")
 @pytest.mark.parametrize("unasked", ["absent", "declined"])
 def test_no_usage_unless_asked(exchanges: Exchanges, kind: str, unasked: str) -> None:
-    stream, where = exchanges.stream(kind, unasked), _context(kind, unasked)
+    stream, where = exchanges.stream(kind, unasked), stream_context(kind, unasked)
     carrying = [c for c in stream.chunks if c.get("usage") is not None]
     rule("SSE-8", not carrying, f"{where}: expected no chunk with usage, saw {carrying[:2]}")
     empty = [c for c in stream.chunks if c.get("choices") == []]
@@ -214,7 +206,7 @@ def test_stream_and_whole_answer_count_the_prompt_alike(exchanges: Exchanges, ki
     rule("USE-3", whole.status == 200, f"expected 200 to the {kind} request, saw {whole.brief()}")
     whole_usage = usage_object("USE-1", whole.json().get("usage"), f"non-stream {kind} answer")
     carrying = [c for c in exchanges.stream(kind, "asked").chunks if c.get("usage") is not None]
-    rule("SSE-7", carrying, f"{_context(kind, 'asked')}: expected a usage chunk, saw none")
+    rule("SSE-7", carrying, f"{stream_context(kind, 'asked')}: expected a usage chunk, saw none")
     streamed = usage_object("SSE-7", carrying[-1]["usage"], f"{kind} stream usage chunk")
     rule(
         "USE-3",

@@ -8,8 +8,8 @@ import logging
 
 import uvicorn
 
+from workers.fake.aborts import HideInjectedAborts
 from workers.fake.app import create_app
-from workers.fake.streaming import HideInjectedAborts
 
 
 def main(argv: list[str] | None = None) -> None:

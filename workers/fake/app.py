@@ -12,6 +12,8 @@ Token model:
   bit, else "stop".
 - An injected tool call always takes 2 completion tokens (its arguments `{"x": 1}` are streamed in
   two fragments) and finishes with "tool_calls".
+- With `stream_options: {"include_usage": true, "continuous_usage_stats": true}` every chunk also
+  carries the usage so far, as vLLM's do: token i's chunk counts i + 1, the role chunk 0.
 
 Programming headers (all optional):
 - `x-fake-tokens: N`: completion tokens to generate.
@@ -50,13 +52,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Send
 
-from workers.fake import framing
-from workers.fake.framing import ChatFrames, CompletionFrames
+from workers.common import framing
+from workers.common.errors import RequestError, bad_request, error_envelope
+from workers.common.framing import ChatFrames, CompletionFrames
+from workers.common.streaming import ASGIResponse, run_unless_disconnected
+from workers.fake.aborts import InjectedAbort
 from workers.fake.generation import Frames, answer_body, produce_stream
 from workers.fake.plan import (
     Plan,
-    RequestError,
-    bad_request,
     chat_prompt_tokens,
     completion_prompt_tokens,
     injected_status,
@@ -64,7 +67,6 @@ from workers.fake.plan import (
     string_list,
 )
 from workers.fake.records import RequestRecord, RequestRecords, RunningGauge
-from workers.fake.streaming import ASGIResponse, InjectedAbort, run_unless_disconnected
 
 STALL_S = 600.0
 EMBEDDING_DIM = 8
@@ -111,7 +113,7 @@ class _Worker:
         record = self.records.get(request_id)
         if record is None:
             message = f"no request with id `{request_id}` was received"
-            return _json(framing.error_envelope(message, "NotFoundError", 404), 404)
+            return _json(error_envelope(message, "NotFoundError", 404), 404)
         return Response(record.to_json(), media_type="application/json")
 
     async def chat(self, request: Request) -> Response:
@@ -184,8 +186,7 @@ class _Worker:
         headers = {"x-request-id": record.request_id}
         if err.status in (429, 503):
             headers["retry-after"] = "1"
-        envelope = framing.error_envelope(err.message, err.err_type, err.status, err.param)
-        return _json(envelope, err.status, headers)
+        return _json(err.envelope(), err.status, headers)
 
     async def _generate(self, request: Request, *, chat: bool) -> Response:
         record = await self._intake(request)
@@ -205,8 +206,13 @@ class _Worker:
                 request.receive, record, plan, chat, response_id, created, model, prompt_tokens
             )
         options = body.get("stream_options")
-        include_usage = isinstance(options, dict) and options.get("include_usage") is True
-        frames = (ChatFrames if chat else CompletionFrames)(response_id, created, model)
+        options = options if isinstance(options, dict) else {}
+        include_usage = options.get("include_usage") is True
+        # As in vLLM, continuous_usage_stats counts only together with include_usage.
+        continuous = include_usage and options.get("continuous_usage_stats") is True
+        frames = (ChatFrames if chat else CompletionFrames)(
+            response_id, created, model, continuous_usage=prompt_tokens if continuous else None
+        )
         serve = partial(self._stream, record, plan, frames, model, prompt_tokens, include_usage)
         return ASGIResponse(serve)
 

@@ -8,11 +8,11 @@ from typing import Any
 
 from starlette.types import Send
 
-from workers.fake import framing
-from workers.fake.framing import ChatFrames, CompletionFrames
+from workers.common import framing
+from workers.common.framing import ChatFrames, CompletionFrames
+from workers.fake.aborts import InjectedAbort
 from workers.fake.plan import TOOL_ARGUMENT_FRAGMENTS, Plan
 from workers.fake.records import RequestRecord
-from workers.fake.streaming import InjectedAbort
 
 Frames = ChatFrames | CompletionFrames
 
@@ -47,11 +47,12 @@ def answer_body(
 
 
 def _token_chunk(frames: Frames, plan: Plan, i: int, finish_reason: str | None) -> bytes:
+    # Token i is the chunk's only token, so i + 1 have been generated once it is out.
     if plan.tool_call is not None and isinstance(frames, ChatFrames):
-        return frames.tool_call_arguments(TOOL_ARGUMENT_FRAGMENTS[i], finish_reason)
+        return frames.tool_call_arguments(TOOL_ARGUMENT_FRAGMENTS[i], finish_reason, generated=i + 1)
     if finish_reason is not None:
-        return frames.last_token(token_text(i), finish_reason)
-    return frames.token(token_text(i))
+        return frames.last_token(token_text(i), finish_reason, generated=i + 1)
+    return frames.token(token_text(i), generated=i + 1)
 
 
 async def produce_stream(
@@ -75,7 +76,7 @@ async def produce_stream(
     if isinstance(frames, ChatFrames):
         await emit(frames.role())
         if plan.tool_call is not None:
-            await emit(frames.tool_call_start(_tool_call_id(), plan.tool_call))
+            await emit(frames.tool_call_start(_tool_call_id(), plan.tool_call, generated=0))
     tokens = plan.tokens_to_send
     failing = plan.failure_at is not None
     for i in range(tokens):
@@ -93,7 +94,7 @@ async def produce_stream(
         record.finish("failed")
     else:
         if tokens == 0:
-            await emit(frames.last_token("", plan.finish_reason))
+            await emit(frames.last_token("", plan.finish_reason, generated=0))
         if include_usage:
             await emit(frames.usage_chunk(prompt_tokens, tokens))
         record.finish("completed")

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workers.common.errors import RequestError, bad_request
+
 # Header names, not secrets (S105 trips over "token" in the variable names).
 H_TOKENS = "x-fake-tokens"
 H_TOKEN_DELAY = "x-fake-token-delay-ms"  # noqa: S105
@@ -24,41 +26,6 @@ DEFAULT_TOKENS = 8
 # The fixed arguments of an injected tool call, streamed in these fragments; each fragment counts
 # as one completion token.
 TOOL_ARGUMENT_FRAGMENTS = ('{"x": ', "1}")
-
-_ERROR_TYPES = {
-    400: "BadRequestError",
-    401: "AuthenticationError",
-    403: "PermissionDeniedError",
-    404: "NotFoundError",
-    408: "RequestTimeoutError",
-    409: "ConflictError",
-    413: "RequestEntityTooLargeError",
-    422: "UnprocessableEntityError",
-    429: "RateLimitError",
-    500: "InternalServerError",
-    502: "BadGatewayError",
-    503: "ServiceUnavailableError",
-    504: "GatewayTimeoutError",
-}
-
-
-def error_type(status: int) -> str:
-    return _ERROR_TYPES.get(status, "InternalServerError" if status >= 500 else "BadRequestError")
-
-
-class RequestError(Exception):
-    """An error answered as an OpenAI error envelope with `status`."""
-
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.err_type = error_type(status)
-        self.param = param
-
-
-def bad_request(message: str, param: str | None = None) -> RequestError:
-    return RequestError(400, message, param)
 
 
 @dataclass(frozen=True, slots=True)

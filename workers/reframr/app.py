@@ -29,10 +29,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Send
 
-from workers.fake import framing
-from workers.fake.framing import ChatFrames, CompletionFrames
-from workers.fake.plan import RequestError
-from workers.fake.streaming import ASGIResponse, run_unless_disconnected
+from workers.common import framing
+from workers.common.errors import RequestError
+from workers.common.framing import ChatFrames, CompletionFrames
+from workers.common.streaming import ASGIResponse, run_unless_disconnected
 from workers.reframr.answer import Answer, SSESink, answer_body, produce
 from workers.reframr.engine import Engine, EngineLoader, Tokenizer, count_tokens, streaming_mode
 from workers.reframr.metrics import CONTENT_TYPE, WorkerMetrics
@@ -54,8 +54,7 @@ def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None
 def _error(err: RequestError, headers: dict[str, str]) -> Response:
     if err.status in _RETRY_AFTER_S:
         headers = {**headers, "retry-after": _RETRY_AFTER_S[err.status]}
-    envelope = framing.error_envelope(err.message, err.err_type, err.status, err.param)
-    return _json(envelope, err.status, headers)
+    return _json(err.envelope(), err.status, headers)
 
 
 class _Worker:
@@ -219,7 +218,9 @@ class _Call:
 
     async def stream(self, headers: dict[str, str], receive: Receive, send: Send) -> None:
         frames_type = ChatFrames if self.order.chat else CompletionFrames
-        sink = SSESink(send, frames_type(self.response_id, self.created, self.order.model))
+        continuous = self.prompt_tokens if self.order.continuous_usage else None
+        frames = frames_type(self.response_id, self.created, self.order.model, continuous_usage=continuous)
+        sink = SSESink(send, frames)
         raw_headers = [(b"content-type", framing.SSE_CONTENT_TYPE.encode())]
         raw_headers += [(name.encode(), value.encode("latin-1")) for name, value in headers.items()]
         try:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from workers.fake.plan import bad_request
+from workers.common.errors import bad_request
 from workers.reframr.tools import TOOL_RESULT_TAG, format_tool_call
 
 SYSTEM = "System:"

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from workers.fake.plan import RequestError, bad_request
+from workers.common.errors import RequestError, bad_request
 from workers.reframr.context import completion_context, compose_chat_context
 from workers.reframr.engine import DEFAULT_MAX_TOKENS, REASONING_MODES, Job, Sampling
 from workers.reframr.tools import callable_tools
@@ -29,6 +29,8 @@ class Order:
     job: Job
     stream: bool
     include_usage: bool
+    continuous_usage: bool
+    """Usage on every chunk too (`stream_options.continuous_usage_stats`, with include_usage)."""
     stops: tuple[str, ...]
     tools: frozenset[str] | None
     """Tool names the answer may call; None when tool calls are off."""
@@ -113,15 +115,19 @@ def parse_order(raw: bytes, model_name: str, *, chat: bool) -> Order:
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise bad_request("stream_options must be an object", "stream_options")
+    options = options or {}
     context = compose_chat_context(body.get("messages")) if chat else completion_context(body.get("prompt"))
     max_tokens = _max_tokens(body)
     job = Job(context, max_tokens or DEFAULT_MAX_TOKENS, _reasoning_mode(body), _sampling(body))
+    include_usage = stream and options.get("include_usage") is True
     return Order(
         chat=chat,
         model=model,
         job=job,
         stream=stream,
-        include_usage=stream and options is not None and options.get("include_usage") is True,
+        include_usage=include_usage,
+        # As in vLLM, continuous_usage_stats counts only together with include_usage.
+        continuous_usage=include_usage and options.get("continuous_usage_stats") is True,
         stops=_stops(body),
         tools=callable_tools(body) if chat else None,
         max_tokens_given=max_tokens is not None,

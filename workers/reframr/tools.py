@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from workers.fake.plan import bad_request
+from workers.common.errors import bad_request
 
 TOOL_CALL_TAG = "<tool_call>"
 TOOL_RESULT_TAG = "<tool_result>"

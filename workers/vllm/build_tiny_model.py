@@ -96,6 +96,12 @@ def corpus(rng: random.Random, n_lines: int) -> Iterator[str]:
         yield line
 
 
+# The longest context vLLM will serve this model with (its derived max_model_len). RoPE has no
+# position table, so a long window costs nothing until used; tests/vllm serves all of it so that a
+# generation its disconnect test abandons cannot finish before the abort reaches vLLM.
+MAX_POSITIONS = 131072
+
+
 def build(out: Path, seed: int, vocab: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
@@ -135,7 +141,7 @@ def build(out: Path, seed: int, vocab: int) -> None:
         num_hidden_layers=2,
         num_attention_heads=4,  # head_dim 32: the CPU attention backend rejects 16
         num_key_value_heads=2,
-        max_position_embeddings=2048,
+        max_position_embeddings=MAX_POSITIONS,
         bos_token_id=None,
         eos_token_id=im_end,
         pad_token_id=eot,

@@ -36,12 +36,14 @@ else
   log "venv already set up: $VENV"
 fi
 
-if [[ ! -f "$MODEL/.sluicegate-model-ok" ]]; then
+# The marker holds a hash of the build script, so a model built by an older script is rebuilt.
+BUILD_ID="$(sha256sum "$HERE/build_tiny_model.py" | cut -c1-16)"
+if [[ "$(cat "$MODEL/.sluicegate-model-ok" 2>/dev/null)" != "$BUILD_ID" ]]; then
   log "building tiny model into $MODEL"
   start=$SECONDS
   rm -rf "$MODEL"
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 timeout 300 "$VENV/bin/python" "$HERE/build_tiny_model.py" --out "$MODEL"
-  touch "$MODEL/.sluicegate-model-ok"
+  echo "$BUILD_ID" > "$MODEL/.sluicegate-model-ok"
   log "model ready in $((SECONDS - start)) s ($(du -sh "$MODEL" | cut -f1))"
 else
   log "model already built: $MODEL"

@@ -10,7 +10,7 @@ import pytest
 
 from tests.servers import run_uvicorn
 from tests.workers.reframr.support import MODEL, call, chat, metric, sse_chunks
-from workers.fake.framing import ChatFrames, CompletionFrames
+from workers.common.framing import ChatFrames, CompletionFrames
 from workers.reframr import create_app
 from workers.reframr.deterministic import DeterministicEngine, TextOnly
 
@@ -73,7 +73,7 @@ def test_completion_stream_framing(base_url: str) -> None:
     assert status == 200
     *content, last, usage = sse_chunks(raw)
     frames = CompletionFrames(content[0]["id"], content[0]["created"], MODEL)
-    assert raw.startswith(frames.token("mode=default"))
+    assert raw.startswith(frames.token("mode=default", generated=1))
     assert {c["object"] for c in content} == {"text_completion"}
     assert "".join(c["choices"][0]["text"] for c in [*content, last]).startswith("mode=default one two w3")
     assert last["choices"][0]["finish_reason"] == "stop"

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from tests.workers.reframr.support import MODEL, call, chat, sse_chunks
-from workers.fake.plan import RequestError
+from workers.common.errors import RequestError
 from workers.reframr.context import compose_chat_context, last_turn
 from workers.reframr.deterministic import DeterministicEngine
 from workers.reframr.tools import callable_tools, parse_tool_calls

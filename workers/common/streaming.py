@@ -1,29 +1,14 @@
-"""ASGI plumbing for answers that take time: disconnect watching and deliberate aborts."""
+"""ASGI plumbing for answers that take time: a response that owns the raw ASGI channel, and work
+that runs only while its client stays."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
-
-
-class InjectedAbort(Exception):
-    """Raised out of the ASGI app after the response started, on purpose.
-
-    Every ASGI server must then drop the connection without finishing the body; for chunked
-    HTTP/1.1 that means no terminating chunk, which is what a crashed upstream looks like.
-    """
-
-
-class HideInjectedAborts(logging.Filter):
-    """Drops the server's "Exception in ASGI application" report for an `InjectedAbort`."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info is not None and isinstance(record.exc_info[1], InjectedAbort))
 
 
 async def _until_disconnect(receive: Receive) -> None:

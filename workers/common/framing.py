@@ -2,8 +2,8 @@
 
 vLLM serialises stream chunks with pydantic's `model_dump_json(exclude_unset=True)`: compact JSON,
 field order as declared on its models, and only the fields it set explicitly. orjson with dicts
-built in that order yields the same bytes, so a client (or the gateway's SSE relay) cannot tell this
-worker from vLLM at the framing level.
+built in that order yields the same bytes, so a client (or the gateway's SSE relay) cannot tell a
+worker framing with this module from vLLM at the framing level.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from typing import Any, ClassVar
 
 import orjson
 
+from workers.common.errors import error_envelope
+
 SSE_DONE = b"data: [DONE]\n\n"
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 
@@ -21,10 +23,6 @@ JSONObject = dict[str, Any]
 
 def sse(payload: JSONObject) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
-def error_envelope(message: str, err_type: str, code: int, param: str | None = None) -> JSONObject:
-    return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
 
 
 def sse_error(message: str, err_type: str, code: int) -> bytes:
@@ -46,57 +44,86 @@ def usage(prompt_tokens: int, completion_tokens: int, *, with_details: bool) -> 
 
 
 class _Frames:
-    """Shared head (`id`, `object`, `created`, `model`) of every chunk of one response."""
+    """Every chunk of one streamed response: the shared head (`id`, `object`, `created`, `model`),
+    and the running usage when the stream asked for it on every chunk.
 
-    __slots__ = ("_head", "_token_prefix", "_token_suffix")
+    Each chunk method takes `generated`, the completion tokens generated so far, those of the
+    chunk included. It shows only when the frames were made with `continuous_usage` (the prompt's
+    token count), as vLLM shows it for `stream_options.continuous_usage_stats`: a `usage` object
+    after `choices` on every chunk with a choice, the role chunk's counting 0 generated tokens.
+    """
+
+    __slots__ = ("_head", "_prompt_tokens", "_token_prefix", "_token_suffix")
 
     _object: ClassVar[str] = ""
+    _choice_end: ClassVar[bytes] = b""
+    """What closes an unfinished token chunk's choice and the `choices` list."""
 
-    def __init__(self, response_id: str, created: int, model: str, token_field: bytes) -> None:
+    def __init__(
+        self,
+        response_id: str,
+        created: int,
+        model: str,
+        token_field: bytes,
+        continuous_usage: int | None,
+    ) -> None:
         self._head: JSONObject = {
             "id": response_id,
             "object": self._object,
             "created": created,
             "model": model,
         }
+        self._prompt_tokens = continuous_usage
         # Token chunks are the hot path of every benchmark that uses this worker, so they are
         # spliced from a prebuilt prefix/suffix (test_fake_worker checks it against orjson).
         head = orjson.dumps(self._head)[:-1]
         self._token_prefix = b"data: " + head + b',"choices":[{"index":0,' + token_field
-        self._token_suffix = self._suffix()
+        self._token_suffix = self._choice_end + b"}\n\n"
 
-    def _suffix(self) -> bytes:
-        raise NotImplementedError
+    def _running_usage(self, prompt_tokens: int, generated: int) -> JSONObject:
+        return usage(prompt_tokens, generated, with_details=False)
 
-    def chunk(self, choice: JSONObject) -> bytes:
-        return sse({**self._head, "choices": [choice]})
+    def chunk(self, choice: JSONObject, *, generated: int) -> bytes:
+        payload = {**self._head, "choices": [choice]}
+        if self._prompt_tokens is not None:
+            payload["usage"] = self._running_usage(self._prompt_tokens, generated)
+        return sse(payload)
 
     def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> bytes:
         usage_body = usage(prompt_tokens, completion_tokens, with_details=False)
         return sse({**self._head, "choices": [], "usage": usage_body})
 
-    def token(self, text: str) -> bytes:
-        return self._token_prefix + orjson.dumps(text) + self._token_suffix
+    def token(self, text: str, *, generated: int) -> bytes:
+        if self._prompt_tokens is None:
+            return self._token_prefix + orjson.dumps(text) + self._token_suffix
+        running = orjson.dumps(self._running_usage(self._prompt_tokens, generated))
+        return self._token_prefix + orjson.dumps(text) + self._choice_end + b',"usage":' + running + b"}\n\n"
 
 
 class ChatFrames(_Frames):
     __slots__ = ()
     _object = "chat.completion.chunk"
+    _choice_end = b'},"logprobs":null,"finish_reason":null}]'
 
-    def __init__(self, response_id: str, created: int, model: str) -> None:
-        super().__init__(response_id, created, model, b'"delta":{"content":')
+    def __init__(
+        self, response_id: str, created: int, model: str, *, continuous_usage: int | None = None
+    ) -> None:
+        super().__init__(response_id, created, model, b'"delta":{"content":', continuous_usage)
 
-    def _suffix(self) -> bytes:
-        return b'},"logprobs":null,"finish_reason":null}]}\n\n'
+    def _running_usage(self, prompt_tokens: int, generated: int) -> JSONObject:
+        # vLLM's chat chunks set completion_tokens_details explicitly (to null without a reasoning
+        # parser), so exclude_unset keeps it; its completion chunks leave it unset.
+        return {**usage(prompt_tokens, generated, with_details=False), "completion_tokens_details": None}
 
     def role(self) -> bytes:
         delta = {"role": "assistant", "content": ""}
-        return self.chunk({"index": 0, "delta": delta, "logprobs": None, "finish_reason": None})
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        return self.chunk(choice, generated=0)
 
-    def last_token(self, text: str, finish_reason: str) -> bytes:
-        return self.finish({"content": text}, finish_reason)
+    def last_token(self, text: str, finish_reason: str, *, generated: int) -> bytes:
+        return self.finish({"content": text}, finish_reason, generated=generated)
 
-    def finish(self, delta: JSONObject, finish_reason: str) -> bytes:
+    def finish(self, delta: JSONObject, finish_reason: str, *, generated: int) -> bytes:
         return self.chunk(
             {
                 "index": 0,
@@ -104,10 +131,11 @@ class ChatFrames(_Frames):
                 "logprobs": None,
                 "finish_reason": finish_reason,
                 "stop_reason": None,
-            }
+            },
+            generated=generated,
         )
 
-    def tool_call_start(self, call_id: str, name: str) -> bytes:
+    def tool_call_start(self, call_id: str, name: str, *, generated: int) -> bytes:
         call = {
             "id": call_id,
             "type": "function",
@@ -115,26 +143,28 @@ class ChatFrames(_Frames):
             "function": {"name": name, "arguments": ""},
         }
         delta = {"tool_calls": [call]}
-        return self.chunk({"index": 0, "delta": delta, "logprobs": None, "finish_reason": None})
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        return self.chunk(choice, generated=generated)
 
-    def tool_call_arguments(self, fragment: str, finish_reason: str | None) -> bytes:
+    def tool_call_arguments(self, fragment: str, finish_reason: str | None, *, generated: int) -> bytes:
         delta = {"tool_calls": [{"index": 0, "function": {"arguments": fragment}}]}
         if finish_reason is not None:
-            return self.finish(delta, finish_reason)
-        return self.chunk({"index": 0, "delta": delta, "logprobs": None, "finish_reason": None})
+            return self.finish(delta, finish_reason, generated=generated)
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        return self.chunk(choice, generated=generated)
 
 
 class CompletionFrames(_Frames):
     __slots__ = ()
     _object = "text_completion"
+    _choice_end = b',"logprobs":null,"finish_reason":null,"stop_reason":null}]'
 
-    def __init__(self, response_id: str, created: int, model: str) -> None:
-        super().__init__(response_id, created, model, b'"text":')
+    def __init__(
+        self, response_id: str, created: int, model: str, *, continuous_usage: int | None = None
+    ) -> None:
+        super().__init__(response_id, created, model, b'"text":', continuous_usage)
 
-    def _suffix(self) -> bytes:
-        return b',"logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
-
-    def last_token(self, text: str, finish_reason: str) -> bytes:
+    def last_token(self, text: str, finish_reason: str, *, generated: int) -> bytes:
         return self.chunk(
             {
                 "index": 0,
@@ -142,7 +172,8 @@ class CompletionFrames(_Frames):
                 "logprobs": None,
                 "finish_reason": finish_reason,
                 "stop_reason": None,
-            }
+            },
+            generated=generated,
         )
 
 
