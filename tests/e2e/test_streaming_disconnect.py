@@ -4,6 +4,7 @@ that says "disconnected" (not "completed") is the proof; the waits only bound a 
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -11,7 +12,8 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.conftest import FAKE_MODEL, Gateway, worker_record
+from gateway.config import ModelConfig, ModelTable
+from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, worker_record
 
 HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "a long story please"}]
 
@@ -136,3 +138,55 @@ def test_streams_dropped_at_random_points_meter_what_was_relayed(gateway: Gatewa
     # Metered: what the gateway relayed, which is at least what the clients read before leaving
     # and at most what the worker sent.
     assert received_total <= row["completion_tokens"] <= worker_sent_total
+
+
+def _leave_after(client: openai.OpenAI, model: str, chunks: int, request_id: str) -> int:
+    with client.chat.completions.with_streaming_response.create(
+        model=model,
+        messages=HELLO,
+        stream=True,
+        extra_headers={"x-request-id": request_id, "x-fake-tokens": "200", "x-fake-token-delay-ms": "20"},
+    ) as raw:
+        received = 0
+        for chunk in raw.parse():
+            assert chunk.usage is None  # the per-chunk usage the gateway asked for is its own
+            if chunk.choices and chunk.choices[0].delta.content:
+                received += 1
+            if received == chunks:
+                break
+    return received
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_a_client_that_leaves_is_metered_by_the_workers_own_count(
+    make_gateway: GatewayFactory, fake_worker: str, continuous: bool
+) -> None:
+    """With continuous usage (contract SSE-10) the prompt is billed as the worker counted it, not
+    as the gateway's ~4-characters-a-token estimate; without it, the estimate is all there is."""
+    table = ModelTable((ModelConfig(name=FAKE_MODEL, endpoints=(fake_worker,), continuous_usage=continuous),))
+    with make_gateway(table) as gw:
+        key = gw.new_key()
+        client = gw.client(key["key"])
+        whole = client.chat.completions.create(
+            model=FAKE_MODEL, messages=HELLO, extra_headers={"x-fake-tokens": "1"}
+        )
+        assert whole.usage is not None
+        worker_prompt = whole.usage.prompt_tokens
+        estimate = max(1, len(json.dumps(HELLO, separators=(",", ":"))) // 4)
+        assert worker_prompt != estimate, "the test needs a prompt the two counts disagree on"
+        request_id = f"exact-{key['id']}"
+        received = _leave_after(client, FAKE_MODEL, 5, request_id)
+        record = _wait_for_state(fake_worker, request_id, "disconnected", within_s=15.0)
+        deadline = time.monotonic() + 15
+        rows = gw.usage(key["team"])
+        while (not rows or rows[0]["requests"] < 2) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            rows = gw.usage(key["team"])
+        (row,) = rows
+        assert row["disconnects"] == 1
+        left_prompt = row["prompt_tokens"] - worker_prompt
+        assert left_prompt == (worker_prompt if continuous else estimate)
+        left_completion = row["completion_tokens"] - 1
+        sent = record["tokens_sent"]
+        assert isinstance(sent, int)
+        assert received <= left_completion <= sent
