@@ -1,13 +1,15 @@
-"""Sluicegate gateway benchmark: throughput, CPU per request, added latency, added TTFT, CPU per chunk.
+"""Sluicegate gateway benchmark: the gateway against a bare pass-through proxy, in the same run.
 
-Starts a throwaway Redis, the raw-asyncio mock worker (bench/mock_worker.py) and the gateway
-(`python -m gateway serve`) as child processes; pins the gateway to one CPU and everything else
-(Redis, the mock workers, this load generator) to the other CPU(s); warms up; runs bounded load
-phases; prints a table with PASS/MISS against the targets. Every child is stopped on exit, on
-Ctrl-C, on SIGTERM, and by a hard watchdog if anything hangs.
+Starts a throwaway Redis, the raw-asyncio mock worker (bench/mock_worker.py), the gateway
+(`python -m gateway serve`) and bare pass-through proxies (bench/bare_proxy.py: Starlette + aiohttp,
+no auth, no Redis) as child processes; pins the gateway and the proxies to one CPU (only one of them
+is ever under load: their phases take turns) and everything else (Redis, the mock workers, this load
+generator) to the other CPU(s); warms up; runs bounded load phases; prints a table with PASS/MISS
+against the targets, and a second one setting direct, bare proxy and gateway side by side. Every
+child is stopped on exit, on Ctrl-C, on SIGTERM, and by a hard watchdog if anything hangs.
 
-    .venv/bin/python bench/gateway_bench.py            # full run, about 60 s
-    .venv/bin/python bench/gateway_bench.py --quick    # smoke run, about 25 s
+    .venv/bin/python bench/gateway_bench.py            # full run, about 2.5 min
+    .venv/bin/python bench/gateway_bench.py --quick    # smoke run, about 50 s
     .venv/bin/python bench/gateway_bench.py --profile /tmp/prof   # + py-spy phases afterwards
 """
 
@@ -23,10 +25,11 @@ from typing import Any
 
 import uvloop
 from harness import cli
-from harness.cpu import Monitor, cpu_seconds, machine_facts, memory_kib, pin, split_cpus
+from harness.cpu import Monitor, machine_facts, memory_kib, pin, split_cpus
 from harness.load import Load, PhaseResult, Target, chat_body, open_session, percentile
-from harness.procs import Children, gateway_stack, start_announcing
+from harness.procs import Children, gateway_stack, start_announcing, start_bare_proxy
 from harness.profile import find_py_spy, profile_phases, report_profiles
+from harness.redis_stats import CommandStats, describe
 from harness.report import Table, compose, disturbance, phase_line
 
 MOCK_WORKER = Path(__file__).resolve().parent / "mock_worker.py"
@@ -37,7 +40,8 @@ SATURATION_CONCURRENCY = 48
 STREAM_CONCURRENCY = 16
 TOKENS = 64  # content deltas per streamed answer
 PACED_DELAY_MS = 2.0  # the paced worker's pause before each content delta
-TTFT_DELAY_MS = 1.0  # the TTFT worker's pause before (and after) the first content delta
+TTFT_DELAY_MS = 1.0  # the TTFT worker's pause after the first content delta (see bench/README.md)
+PREFILL_MS = 0.0  # the TTFT and paced workers' pause before the first content delta
 
 # Targets (printed with PASS/MISS).
 TARGET_CPU_MS_PER_REQUEST = 0.5
@@ -45,72 +49,77 @@ TARGET_REQS_PER_CORE = 2000.0
 TARGET_ADDED_P50_C1_MS = 0.8
 TARGET_ADDED_TTFT_MS = 1.5
 TARGET_CPU_US_PER_CHUNK = 50.0
+# Against the bare proxy, measured in the same run (issue 10).
+TARGET_CPU_RATIO = 2.5  # gateway CPU per request / bare proxy CPU per request
+TARGET_TTFT_OVER_PROXY_MS = 0.5  # gateway added TTFT p50 - bare proxy added TTFT p50
+
+# Gateway phases whose Redis commands are broken down per command name in the details.
+_GATEWAY_COMMANDS = ("evalsha", "eval", "hgetall", "hmget")  # the request-path round trips
 
 
 @dataclass
 class Plan:
     warmup_s: float
-    saturation_s: float
+    saturation_s: float  # per side (bare proxy, gateway), in two slices
     saturation_concurrency: int
-    latency_rounds: int
+    rounds: int  # of every direct / bare proxy / gateway comparison
     latency_side_s: float
     c16_side_s: float
     ttft_side_s: float
-    stream_s: float
+    stream_side_s: float
     stream_concurrency: int
-    paced_s: float
+    paced_side_s: float
     paced_delay_ms: float
     ttft_delay_ms: float
+    prefill_ms: float
     tokens: int
     profile_s: float
 
     @classmethod
     def make(cls, quick: bool) -> Plan:
         return cls(
-            warmup_s=1.0 if quick else 2.0,
+            warmup_s=1.5 if quick else 3.0,
             saturation_s=3.0 if quick else 8.0,
             saturation_concurrency=SATURATION_CONCURRENCY,
-            latency_rounds=2 if quick else 4,
+            rounds=2 if quick else 4,
             latency_side_s=1.0 if quick else 1.5,
             c16_side_s=0.75 if quick else 1.0,
             ttft_side_s=1.0 if quick else 1.5,
-            stream_s=3.0 if quick else 8.0,
+            stream_side_s=1.5 if quick else 2.0,
             stream_concurrency=STREAM_CONCURRENCY,
-            paced_s=2.0 if quick else 5.0,
+            paced_side_s=1.25 if quick else 1.5,
             paced_delay_ms=PACED_DELAY_MS,
             ttft_delay_ms=TTFT_DELAY_MS,
+            prefill_ms=PREFILL_MS,
             tokens=TOKENS,
             profile_s=4.0 if quick else 6.0,
         )
 
     def length_s(self, profile: bool) -> float:
-        sides = self.latency_side_s + self.c16_side_s + self.ttft_side_s
+        sides = (
+            self.latency_side_s + self.c16_side_s + self.ttft_side_s + self.stream_side_s + self.paced_side_s
+        )
         return (
             self.warmup_s
-            + self.saturation_s
-            + self.latency_rounds * 2 * sides
-            + self.stream_s
-            + self.paced_s
-            + (3 * (self.profile_s + 20) if profile else 0)
+            + 2 * self.saturation_s  # bare proxy and gateway
+            + self.saturation_s  # every limit, gateway only
+            + self.rounds * 3 * sides  # direct, bare proxy, gateway
+            + (5 * (self.profile_s + 20) if profile else 0)
         )
 
 
 async def measure(
     load: Load,
-    base: dict[str, str],
-    api_key: str,
-    limited_key: str,
-    redis_url: str,
-    others: dict[str, int],
+    direct: dict[str, Target],
+    proxy: dict[str, Target],
+    gateway: Target,
+    limited: Target,
     plan: Plan,
     args: argparse.Namespace,
     step: Callable[[str], None],
 ) -> dict[str, Any]:
-    """The phases, in order. `base` maps each model to its worker's URL, and "gateway" to the
-    gateway's; `others` names the pids of the other side (load generator, workers, Redis)."""
-    gateway = Target(base["gateway"], api_key)
-    direct = Target(base[MODEL])
-    direct_ttft = Target(base[TTFT_MODEL])
+    """The phases, in order. `direct` and `proxy` map each model to its worker and to the bare proxy
+    in front of it; `gateway` and `limited` are the gateway with the two keys."""
     whole = chat_body(MODEL, stream=False)
     streamed = chat_body(MODEL, stream=True)
     ttft_body = chat_body(TTFT_MODEL, stream=True)
@@ -119,72 +128,75 @@ async def measure(
     gw = load.gateway_pid
     results: dict[str, Any] = {"monitor": load.monitor}
 
+    def three(model: str) -> dict[str, Target]:
+        return {"direct": direct[model], "bare proxy": proxy[model], "gateway": gateway}
+
     step("warm-up")
-    for target, body, stream in (
-        (direct, whole, False),
-        (gateway, whole, False),
-        (direct, streamed, True),
-        (gateway, streamed, True),
-        (direct_ttft, ttft_body, True),
-        (gateway, ttft_body, True),
+    for body, model, stream in (
+        (whole, MODEL, False),
+        (streamed, MODEL, True),
+        (ttft_body, TTFT_MODEL, True),
+        (paced, PACED_MODEL, True),
     ):
-        duration_s = plan.warmup_s / 6
-        await load.phase(
-            target, body, name="warmup", concurrency=8, duration_s=duration_s, stream=stream, monitor=False
-        )
+        # At the phases' concurrency, so that connection pools (the gateway's Redis pool included)
+        # have grown before anything is measured.
+        concurrency = plan.stream_concurrency if stream else plan.saturation_concurrency
+        for target in three(model).values():
+            await load.phase(
+                target, body, name="warmup", concurrency=concurrency, duration_s=plan.warmup_s / 12,
+                stream=stream, monitor=False,
+            )  # fmt: skip
     results["rss_after_warmup_kib"] = memory_kib(gw)
 
-    step(f"saturation, non-stream, c={plan.saturation_concurrency}, {plan.saturation_s:g} s")
-    others_cpu0 = {name: cpu_seconds(pid) for name, pid in others.items()}
-    results["saturation"] = await load.phase(
-        gateway,
-        whole,
-        name="saturation",
-        concurrency=plan.saturation_concurrency,
-        duration_s=plan.saturation_s,
-        stream=False,
-        gateway_cpu=True,
-    )
-    results["saturation_other_cpu_s"] = {
-        name: cpu_seconds(pid) - others_cpu0[name] for name, pid in others.items()
-    }
+    half = plan.saturation_s / 2
+    step(f"saturation, non-stream, c={plan.saturation_concurrency}, 2 x 2 x {half:g} s (bare proxy, gateway)")
+    results["saturation"] = await load.sides(
+        {"bare proxy": proxy[MODEL], "gateway": gateway}, whole, rounds=2, side_s=half, name="saturation",
+        concurrency=plan.saturation_concurrency, stream=False, raw=True,
+    )  # fmt: skip
 
     step(f"saturation with every limit on key and team, c={plan.saturation_concurrency}")
-    calls_before = redis_calls(redis_url)
     results["limited"] = await load.phase(
-        Target(base["gateway"], limited_key),
+        limited,
         whole,
         name="all limits",
         concurrency=plan.saturation_concurrency,
         duration_s=plan.saturation_s,
         stream=False,
-        gateway_cpu=True,
+        cpu_pid=gw,
+        redis_commands=True,
+        raw=True,
     )
-    results["limited_redis_commands"] = redis_calls(redis_url) - calls_before
 
-    rounds = plan.latency_rounds
-    for key, target, body, concurrency, side_s, what in (
-        ("c1", direct, whole, 1, plan.latency_side_s, "added latency"),
-        ("c16", direct, whole, 16, plan.c16_side_s, "added latency"),
-        ("ttft", direct_ttft, ttft_body, 1, plan.ttft_side_s, "time to first token"),
+    rounds = plan.rounds
+    paced_what = f"{plan.tokens}-token streams paced {plan.paced_delay_ms:g} ms/token"
+    for key, model, body, concurrency, side_s, what in (
+        ("c1", MODEL, whole, 1, plan.latency_side_s, "added latency"),
+        ("c16", MODEL, whole, 16, plan.c16_side_s, "added latency"),
+        ("ttft", TTFT_MODEL, ttft_body, 1, plan.ttft_side_s, f"TTFT, {plan.prefill_ms:g} ms prefill"),
+        (
+            "stream",
+            MODEL,
+            streamed,
+            plan.stream_concurrency,
+            plan.stream_side_s,
+            f"{plan.tokens}-token streams",
+        ),
+        ("paced", PACED_MODEL, paced, plan.stream_concurrency, plan.paced_side_s, paced_what),
     ):
-        step(f"{what}, c={concurrency}, {rounds} x 2 x {side_s:g} s")
-        name = f"ttft c={concurrency}" if key == "ttft" else f"latency c={concurrency}"
-        results[key] = await load.interleaved(
-            target, gateway, body, rounds=rounds, side_s=side_s, name=name,
-            concurrency=concurrency, stream=key == "ttft",
-        )  # fmt: skip
-    paced_what = f"paced streaming CPU ({plan.paced_delay_ms:g} ms/token)"
-    for key, body, name, duration_s, what in (
-        ("stream", streamed, "stream unpaced", plan.stream_s, "streaming CPU"),
-        ("paced", paced, "stream paced", plan.paced_s, paced_what),
-    ):
-        step(f"{what}, c={plan.stream_concurrency}, {duration_s:g} s")
-        results[key] = await load.phase(
-            gateway, body, name=name, concurrency=plan.stream_concurrency, duration_s=duration_s,
-            stream=True, expect_events=expect, gateway_cpu=True,
+        step(f"{what}, c={concurrency}, {rounds} x 3 x {side_s:g} s (direct, bare proxy, gateway)")
+        stream = key in ("ttft", "stream", "paced")
+        name = {"c1": "latency c=1", "c16": "latency c=16", "ttft": "ttft c=1"}.get(
+            key, f"{key} c={concurrency}"
+        )
+        results[key] = await load.sides(
+            three(model), body, rounds=rounds, side_s=side_s, name=name, concurrency=concurrency,
+            stream=stream, expect_events=expect if stream else None,
         )  # fmt: skip
     results["rss_after_run_kib"] = memory_kib(gw)
+    proxy_pid = proxy[MODEL].pid
+    assert proxy_pid is not None
+    results["proxy_rss_after_run_kib"] = memory_kib(proxy_pid)
 
     if args.profile:
         results["profiles"] = await profile_phases(
@@ -200,31 +212,51 @@ async def measure(
             args.py_spy,
             step,
         )
+        results["profiles"].update(
+            await profile_phases(
+                load,
+                proxy[MODEL],
+                [
+                    ("bare-proxy-nonstream", whole, plan.saturation_concurrency, False),
+                    ("bare-proxy-stream", streamed, plan.stream_concurrency, True),
+                ],
+                plan.profile_s,
+                Path(args.profile),
+                args.py_spy,
+                step,
+                pid=proxy_pid,
+            )
+        )
     return results
 
 
-# The commands the gateway sends itself on the request path. commandstats also counts the
-# commands a Lua script runs inside Redis (GET, ZADD, ...), which are no round trips.
-_GATEWAY_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_hgetall", "cmdstat_hmget")
+def _ms(x: float) -> str:
+    return f"{x:.3f}"
 
 
-def redis_calls(url: str) -> int:
-    """Commands the gateway has sent Redis (INFO commandstats)."""
-    import redis
+def _plus(x: float) -> str:
+    return f"{x:+.3f}"
 
-    with redis.Redis.from_url(url) as client:
-        stats = client.info("commandstats")
-    return sum(int(stats[name]["calls"]) for name in _GATEWAY_COMMANDS if name in stats)
+
+def _cpu_ms(ph: PhaseResult) -> float:
+    return 1000 * ph.cpu_s / ph.requests if ph.cpu_s is not None and ph.requests else float("nan")
+
+
+def _per_chunk_us(ph: PhaseResult) -> float:
+    return 1e6 * ph.cpu_s / ph.events if ph.cpu_s is not None and ph.events else float("nan")
+
+
+def _busy(ph: PhaseResult) -> float:
+    return ph.cpu_s / ph.wall_s if ph.cpu_s is not None and ph.wall_s else 0.0
 
 
 def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, dict[str, Any]]:
     table = Table()
     summary: dict[str, Any] = {}
-    sat: PhaseResult = results["saturation"]
-    assert sat.cpu_s is not None
-    cpu_ms = 1000 * sat.cpu_s / sat.requests if sat.requests else float("nan")
+    sat: PhaseResult = results["saturation"]["gateway"]
+    cpu_ms = _cpu_ms(sat)
     per_core = 1000 / cpu_ms if cpu_ms else float("nan")
-    busy = sat.cpu_s / sat.wall_s if sat.wall_s else 0.0
+    busy = _busy(sat)
     table.row(
         f"throughput, non-stream, c={sat.concurrency}",
         f"{sat.rps:,.0f} req/s",
@@ -250,12 +282,10 @@ def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, 
     summary.update(rps=sat.rps, cpu_ms_per_request=cpu_ms, requests_per_core=per_core, gateway_busy=busy)
 
     limited: PhaseResult = results["limited"]
-    assert limited.cpu_s is not None
-    limited_ms = 1000 * limited.cpu_s / limited.requests if limited.requests else float("nan")
+    limited_ms = _cpu_ms(limited)
     # Rounded: a key or team lookup per second (cache refresh) is not a per-request cost.
-    commands = (
-        round(results["limited_redis_commands"] / limited.requests, 2) if limited.requests else float("nan")
-    )
+    sent = sum(limited.redis_commands.get(name, 0) for name in _GATEWAY_COMMANDS)
+    commands = round(sent / limited.requests, 2) if limited.requests else float("nan")
     table.check(
         "gateway CPU per request, every limit on key and team",
         limited_ms,
@@ -267,9 +297,28 @@ def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, 
     # Commands bound round trips from above: pipelined settlements share round trips.
     table.check("Redis commands per request, every limit", commands, f"{commands:.2f}", "<=", 2, "2")
     summary.update(limited_cpu_ms_per_request=limited_ms, limited_redis_commands_per_request=commands)
+    redis_phases = {
+        "saturation, rpm key": sat,
+        "every limit": limited,
+        "latency c=1": results["c1"]["gateway"],
+        "streams c=16": results["stream"]["gateway"],
+    }
+    script_exists = {
+        name: ph.redis_commands.get("script|exists", 0) / ph.requests if ph.requests else float("nan")
+        for name, ph in redis_phases.items()
+    }
+    table.row(
+        "Redis SCRIPT EXISTS per request (c=48; every limit; c=1; streams c=16)",
+        "; ".join(f"{v:.3f}" for v in script_exists.values()),
+    )
+    summary["redis_script_exists_per_request"] = script_exists
+    summary["redis_commands_per_request"] = {
+        name: {cmd: n / ph.requests for cmd, n in ph.redis_commands.items()} if ph.requests else {}
+        for name, ph in redis_phases.items()
+    }
 
     for key, label in (("c1", "c=1"), ("c16", "c=16")):
-        d, g = results[key]
+        d, g = results[key]["direct"], results[key]["gateway"]
         for q in (50, 99):
             added = 1000 * (percentile(g.latencies_s, q) - percentile(d.latencies_s, q))
             metric = f"added latency p{q}, non-stream, {label}"
@@ -285,7 +334,7 @@ def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, 
             else:
                 table.row(metric, f"{added:.3f} ms")
             summary[f"added_p{q}_{key}_ms"] = added
-    d, g = results["ttft"]
+    d, g = results["ttft"]["direct"], results["ttft"]["gateway"]
     for q in (50, 99):
         added = 1000 * (percentile(g.ttft_s, q) - percentile(d.ttft_s, q))
         metric = f"added time to first token p{q}, {plan.tokens}-token stream, c=1"
@@ -294,9 +343,8 @@ def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, 
         )
         summary[f"added_ttft_p{q}_ms"] = added
     for key, label in (("stream", "unpaced"), ("paced", f"paced {plan.paced_delay_ms:g} ms/token")):
-        ph: PhaseResult = results[key]
-        assert ph.cpu_s is not None
-        per_chunk = 1e6 * ph.cpu_s / ph.events if ph.events else float("nan")
+        ph: PhaseResult = results[key]["gateway"]
+        per_chunk = _per_chunk_us(ph)
         metric = f"gateway CPU per streamed chunk, {label}, c={ph.concurrency}"
         table.check(
             metric,
@@ -310,7 +358,7 @@ def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, 
             f"  ({label}: streams/s, chunks/s, gateway core busy)",
             f"{ph.rps:,.0f} /s",
             f"{ph.events / ph.wall_s:,.0f} chunks/s",
-            f"{100 * ph.cpu_s / ph.wall_s:.0f}% busy",
+            f"{100 * _busy(ph):.0f}% busy",
         )
         summary[f"cpu_us_per_chunk_{key}"] = per_chunk
     rss, warm = results["rss_after_run_kib"], results["rss_after_warmup_kib"]
@@ -321,15 +369,38 @@ def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, 
     )
     summary["rss_mib"] = rss["VmRSS"] / 1024
 
-    details = ["details (latency in ms; added = gateway percentile - direct percentile):"]
-    for key in ("c1", "c16", "ttft"):
-        for ph in results[key]:
-            details.append(phase_line(ph, ph.ttft_s if key == "ttft" else ph.latencies_s))
-    other = results["saturation_other_cpu_s"]
-    details.append(
-        f"  saturation: {sat.requests} requests in {sat.wall_s:.2f} s, gateway CPU {sat.cpu_s:.2f} s; "
-        "CPU of the other side: " + ", ".join(f"{name} {secs:.2f} s" for name, secs in other.items())
-    )
+    versus, proxy_summary = compare(results, plan)
+    summary["bare_proxy"] = proxy_summary
+
+    details = [
+        "details (latency in ms; added = proxy or gateway percentile - direct percentile; "
+        "CPU per request of the proxy or gateway in front):"
+    ]
+    sides = [*results["saturation"].values()]
+    for label, ph in results["saturation"].items():
+        details.append(
+            phase_line(ph, ph.latencies_s, 28, server="proxy" if label == "bare proxy" else "gateway")
+        )
+    details.append(phase_line(limited, limited.latencies_s, 28))
+    for key in ("c1", "c16", "ttft", "stream", "paced"):
+        for label, ph in results[key].items():
+            sides.append(ph)
+            samples = ph.latencies_s if key in ("c1", "c16") else ph.ttft_s
+            server = "proxy" if label == "bare proxy" else "gateway"
+            details.append(phase_line(ph, samples, 28, server=server))
+    details.append("  (ttft and stream phases: percentiles of the time to first token)")
+    for label, ph in results["saturation"].items():
+        assert ph.cpu_s is not None
+        own, idle = ("bare proxies", "gateway") if label == "bare proxy" else ("gateway", "bare proxies")
+        others = ", ".join(f"{name} {secs:.2f} s" for name, secs in ph.cpu_of.items() if name != own)
+        details.append(
+            f"  saturation {label}: {ph.requests} requests in {ph.wall_s:.2f} s, its CPU {ph.cpu_s:.2f} s "
+            f"({100 * _busy(ph):.0f}% of its core); CPU of the others: {others} "
+            f"(the idle {idle} on the same core)"
+        )
+    details.append("  Redis commands per request (INFO commandstats diffed over the gateway's slices):")
+    for name, ph in redis_phases.items():
+        details.append(f"    {name}: {describe(ph.redis_commands, ph.requests)}")
     notes = []
     if busy < 0.9:
         notes.append(
@@ -337,62 +408,173 @@ def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, 
             "(or other processes, see above) limited throughput, so req/s understates the gateway; "
             "CPU per request still holds"
         )
-    phases = [sat, *results["c1"], *results["c16"], *results["ttft"], results["stream"], results["paced"]]
+    proxy_busy = _busy(results["saturation"]["bare proxy"])
+    if proxy_busy < 0.9:
+        notes.append(
+            f"the bare proxy's core was {100 * proxy_busy:.0f}% busy at saturation (the load generator's "
+            "core is the limit): below saturation a server serves fewer requests per event-loop wake-up, "
+            "so its CPU per request is somewhat higher than at saturation and the gateway/proxy ratio "
+            "flatters the gateway"
+        )
+    phases = [*sides, limited]
     lines, more_notes = disturbance(phases, results["monitor"])
     summary["errors"] = sum(ph.errors for ph in phases)
-    out = compose(facts, table, details + lines, notes + more_notes)
+    title = (
+        "gateway vs bare proxy (bench/bare_proxy.py; same run, same CPU, phases taken in turn; "
+        "latency and TTFT rows: direct = absolute ms, proxy and gateway = ms added over direct)"
+    )
+    out = compose(facts, table, details + lines, notes + more_notes, (title, versus))
     return "\n".join(out + report_profiles(results.get("profiles", {}))), summary
+
+
+def compare(results: dict[str, Any], plan: Plan) -> tuple[Table, dict[str, Any]]:
+    """The side-by-side table: direct, bare proxy, gateway."""
+    table = Table(("metric", "direct", "bare proxy", "gateway", "gateway vs proxy", "target", "result"))
+    summary: dict[str, Any] = {}
+    p, g = results["saturation"]["bare proxy"], results["saturation"]["gateway"]
+    ratio = _cpu_ms(g) / _cpu_ms(p)
+    table.check_cells(
+        f"CPU per request, non-stream, c={g.concurrency} (ms)",
+        ["", _ms(_cpu_ms(p)), _ms(_cpu_ms(g)), f"{ratio:.2f}x"],
+        ratio,
+        "<=",
+        TARGET_CPU_RATIO,
+        f"{TARGET_CPU_RATIO:g}x",
+    )
+    table.row(
+        "  req/s (its core busy)",
+        "",
+        f"{p.rps:,.0f} ({100 * _busy(p):.0f}%)",
+        f"{g.rps:,.0f} ({100 * _busy(g):.0f}%)",
+    )
+    summary.update(cpu_ms_per_request=_cpu_ms(p), rps=p.rps, busy=_busy(p), cpu_ratio=ratio)
+    p1, g1 = results["c1"]["bare proxy"], results["c1"]["gateway"]
+    table.row(
+        "CPU per request, non-stream, c=1 (ms)",
+        "",
+        _ms(_cpu_ms(p1)),
+        _ms(_cpu_ms(g1)),
+        f"{_cpu_ms(g1) / _cpu_ms(p1):.2f}x",
+    )
+    summary["cpu_ms_per_request_c1"] = _cpu_ms(p1)
+    streams = f"c={plan.stream_concurrency}, {plan.tokens}-token streams"
+    rows = [
+        ("c1", "latency", "non-stream, c=1", False, False),
+        ("c16", "latency", "non-stream, c=16", False, False),
+        ("ttft", "TTFT", f"c=1, {plan.prefill_ms:g} ms prefill", True, True),
+        (
+            "paced",
+            "TTFT",
+            f"{streams}, {plan.prefill_ms:g} ms prefill, {plan.paced_delay_ms:g} ms/token",
+            True,
+            True,
+        ),
+        # Every event back to back: the closed loop is throughput-bound, so this is mostly queueing.
+        ("stream", "TTFT", f"{streams}, unpaced (throughput-bound)", True, False),
+    ]
+    for key, what, label, ttft, checked in rows:
+        sides = results[key]
+        for q in (50, 99):
+            pct = {
+                side: 1000 * percentile(ph.ttft_s if ttft else ph.latencies_s, q)
+                for side, ph in sides.items()
+            }
+            added_p, added_g = pct["bare proxy"] - pct["direct"], pct["gateway"] - pct["direct"]
+            over = added_g - added_p
+            cells = [_ms(pct["direct"]), _plus(added_p), _plus(added_g), _plus(over)]
+            metric = f"{what} p{q}, {label}"
+            if checked and q == 50:
+                limit = TARGET_TTFT_OVER_PROXY_MS
+                table.check_cells(metric, cells, over, "<=", limit, f"+{limit:g} ms")
+            else:
+                table.row(metric, *cells)
+            summary[f"added_{what.lower()}_p{q}_{key}_ms"] = added_p
+            summary[f"gateway_over_proxy_{what.lower()}_p{q}_{key}_ms"] = over
+    for key, label in (("stream", "unpaced"), ("paced", f"paced {plan.paced_delay_ms:g} ms/token")):
+        p, g = results[key]["bare proxy"], results[key]["gateway"]
+        table.row(
+            f"CPU per streamed chunk, {label}, c={g.concurrency} (us)",
+            "",
+            f"{_per_chunk_us(p):.1f}",
+            f"{_per_chunk_us(g):.1f}",
+            f"{_per_chunk_us(g) / _per_chunk_us(p):.2f}x",
+        )
+        table.row(
+            "  streams/s (its core busy)",
+            f"{results[key]['direct'].rps:,.0f}",
+            f"{p.rps:,.0f} ({100 * _busy(p):.0f}%)",
+            f"{g.rps:,.0f} ({100 * _busy(g):.0f}%)",
+        )
+        summary[f"cpu_us_per_chunk_{key}"] = _per_chunk_us(p)
+    p_rss, g_rss = results["proxy_rss_after_run_kib"]["VmRSS"], results["rss_after_run_kib"]["VmRSS"]
+    table.row("RSS after run (MiB)", "", f"{p_rss / 1024:.1f}", f"{g_rss / 1024:.1f}")
+    summary["rss_mib"] = p_rss / 1024
+    return table, summary
 
 
 def run(plan: Plan, args: argparse.Namespace, children: Children) -> tuple[str, dict[str, Any]]:
     usable, gw_cpus, rest_cpus = split_cpus(args.no_pin)
     pinning = (
-        f"gateway on CPU {sorted(gw_cpus)}, Redis + mock worker + load generator on CPU {sorted(rest_cpus)}"
+        f"gateway and bare proxies on CPU {sorted(gw_cpus)} (never loaded at the same time), "
+        f"Redis + mock workers + load generator on CPU {sorted(rest_cpus)}"
         if gw_cpus and rest_cpus
         else "not pinned (fewer than 2 usable CPUs)"
     )
     facts = machine_facts(usable, pinning)
     pin(os.getpid(), rest_cpus)  # Redis and the workers inherit this
     workers = {}
-    for model, token_ms, first_ms in (
-        (MODEL, 0.0, 0.0),
-        (TTFT_MODEL, 0.0, plan.ttft_delay_ms),
-        (PACED_MODEL, plan.paced_delay_ms, 0.0),
+    for model, token_ms, first_ms, prefill in (
+        (MODEL, 0.0, 0.0, None),
+        (TTFT_MODEL, 0.0, plan.ttft_delay_ms, plan.prefill_ms),
+        (PACED_MODEL, plan.paced_delay_ms, 0.0, plan.prefill_ms),
     ):
         argv = [sys.executable, str(MOCK_WORKER), "--port", "0", "--tokens", str(plan.tokens)]
         argv += ["--token-delay-ms", str(token_ms), "--first-token-delay-ms", str(first_ms)]
+        argv += [] if prefill is None else ["--prefill-ms", str(prefill)]
         workers[model] = start_announcing(children, model, argv, rest_cpus)
     base = {model: f"http://127.0.0.1:{port}" for model, (port, _) in workers.items()}
+    proxies = {
+        model: start_bare_proxy(children, f"bare proxy {model}", url, gw_cpus) for model, url in base.items()
+    }
     with gateway_stack(children, base, gw_cpus, rest_cpus) as stack:
-        others = {"load generator": os.getpid()}
-        others.update({f"worker {model}": proc.pid for model, (_, proc) in workers.items()})
-        pids = stack.redis_pids
-        others.update({"redis" if len(pids) == 1 else f"redis {pid}": pid for pid in pids})
+        gw = stack.gateway_pid
+        watch = {
+            "load generator": [os.getpid()],
+            "workers": [proc.pid for _, proc in workers.values()],
+            "redis": stack.redis_pids,
+            "gateway": [gw],
+            "bare proxies": [proc.pid for _, proc in proxies.values()],
+        }
         print("\n".join(facts), file=sys.stderr, flush=True)
 
         async def main() -> dict[str, Any]:
-            async with open_session() as session:
-                monitor = Monitor([stack.gateway_pid, *others.values()], args.wait_quiet)
-                load = Load(session, monitor, stack.gateway_pid)
-                urls = {**base, "gateway": stack.base}
-                return await measure(
-                    load,
-                    urls,
-                    stack.api_key,
-                    stack.limited_key,
-                    stack.redis_url,
-                    others,
-                    plan,
-                    args,
-                    children.step,
-                )
+            commandstats = CommandStats(stack.redis_url)
+            try:
+                async with open_session() as session:
+                    monitor = Monitor([pid for pids in watch.values() for pid in pids], args.wait_quiet)
+                    load = Load(session, monitor, gw, watch, commandstats)
+                    return await measure(
+                        load,
+                        {model: Target(url) for model, url in base.items()},
+                        {
+                            model: Target(f"http://127.0.0.1:{port}", pid=proc.pid)
+                            for model, (port, proc) in proxies.items()
+                        },
+                        Target(stack.base, stack.api_key, pid=gw),
+                        Target(stack.base, stack.limited_key, pid=gw),
+                        plan,
+                        args,
+                        children.step,
+                    )
+            finally:
+                await commandstats.aclose()
 
         results = uvloop.run(main())
     return report(results, plan, facts)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = cli.parser(__doc__, "shorter phases: a ~25 s smoke run")
+    parser = cli.parser(__doc__, "shorter phases: a ~50 s smoke run")
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     parser.add_argument("--profile", metavar="DIR", help="afterwards, py-spy the gateway under load into DIR")
     args = parser.parse_args(argv)
@@ -408,7 +590,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = Plan.make(args.quick)
     children = Children()
-    limit_s = 60 + plan.length_s(bool(args.profile)) + args.wait_quiet
+    # Slack for a loaded machine, where slices run past their deadline while requests finish.
+    limit_s = 60 + 1.5 * plan.length_s(bool(args.profile)) + args.wait_quiet
     return cli.run_to_report(children, limit_s, lambda: run(plan, args, children), plan, args.json)
 
 

@@ -10,6 +10,8 @@ It answers `POST /v1/chat/completions` (and `/v1/completions`) the way vLLM fram
   and `--first-token-delay-ms` adds a "prefill" pause before the first content delta and the same
   pause after it, so that a client sharing this worker's CPU receives the first token on its own
   (for time-to-first-token measurements; the rest of the stream then follows at `--token-delay-ms`).
+  `--prefill-ms` sets the pause before the first content delta alone (0: none, so a proxy's work on
+  the response head is on the time-to-first-token path too).
 
 Everything is pre-rendered at start, and a request body is parsed only as far as the answer needs
 (Content-Length, and whether `"stream":true` / `"include_usage":true` appear in it), so the mock costs
@@ -115,10 +117,17 @@ def _plain(status: int, body: bytes) -> bytes:
 class WorkerProtocol(asyncio.Protocol):
     """One connection: parses pipelined requests in order; a paced stream holds the next one back."""
 
-    def __init__(self, canned: Canned, token_delay_s: float, first_token_delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        canned: Canned,
+        token_delay_s: float,
+        first_token_delay_s: float = 0.0,
+        prefill_s: float | None = None,
+    ) -> None:
         self._canned = canned
         self._delay = token_delay_s
         self._first_delay = first_token_delay_s
+        self._prefill = prefill_s
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
         self._busy = False
@@ -202,6 +211,8 @@ class WorkerProtocol(asyncio.Protocol):
                 pause = self._delay if 2 <= i <= last_content else 0.0
                 if i in (2, 3) and self._first_delay > 0:
                     pause = self._first_delay
+                if i == 2 and self._prefill is not None:
+                    pause = self._prefill
                 if pause > 0:
                     await asyncio.sleep(pause)
                 transport = self._transport
@@ -224,17 +235,23 @@ class WorkerProtocol(asyncio.Protocol):
 
 
 async def serve(
-    host: str, port: int, tokens: int, token_delay_ms: float, first_token_delay_ms: float
+    host: str,
+    port: int,
+    tokens: int,
+    token_delay_ms: float,
+    first_token_delay_ms: float,
+    prefill_ms: float | None = None,
 ) -> None:
     loop = asyncio.get_running_loop()
     canned = Canned(tokens)
     delay = token_delay_ms / 1000.0
     first_delay = first_token_delay_ms / 1000.0
+    prefill = None if prefill_ms is None else prefill_ms / 1000.0
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     server = await loop.create_server(
-        lambda: WorkerProtocol(canned, delay, first_delay), sock=sock, backlog=1024
+        lambda: WorkerProtocol(canned, delay, first_delay, prefill), sock=sock, backlog=1024
     )
     bound = server.sockets[0].getsockname()[1]
     print(f"READY {bound}", flush=True)
@@ -259,10 +276,17 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="pause before the first content delta and again after it (a time-to-first-token worker)",
     )
+    parser.add_argument(
+        "--prefill-ms",
+        type=float,
+        default=None,
+        help="pause before the first content delta only, overriding the two above for it (0: the first "
+        "token follows the role chunk at once)",
+    )
     args = parser.parse_args(argv)
     if args.tokens < 1:
         parser.error("--tokens must be at least 1")
-    if args.token_delay_ms < 0 or args.first_token_delay_ms < 0:
+    if min(args.token_delay_ms, args.first_token_delay_ms, args.prefill_ms or 0.0) < 0:
         parser.error("delays must not be negative")
     try:
         import uvloop
@@ -271,7 +295,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         runner = uvloop.run
     with contextlib.suppress(KeyboardInterrupt):
-        runner(serve(args.host, args.port, args.tokens, args.token_delay_ms, args.first_token_delay_ms))
+        runner(
+            serve(
+                args.host,
+                args.port,
+                args.tokens,
+                args.token_delay_ms,
+                args.first_token_delay_ms,
+                args.prefill_ms,
+            )
+        )
     return 0
 
 

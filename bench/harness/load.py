@@ -2,22 +2,27 @@
 
 A phase runs `concurrency` clients for `duration_s`, each sending its next request when the last one
 is answered; it stops at its deadline (requests in flight finish) and at 500,000 requests, and each
-request times out after 15 s. `Load.interleaved` alternates direct and gateway phases.
+request times out after 15 s. `Load.sides` takes phases against several targets in turn (direct,
+bare proxy, gateway) and pools them per target; `Load.interleaved` is its direct/gateway form.
+`phase(raw=True)` uses the lean client of harness.rawload instead of aiohttp (non-stream only).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import re
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
 from harness.cpu import Monitor, cpu_seconds, cpu_seconds_of
+from harness.rawload import RawLoop
 
 FIRST_TOKEN_MARK = b'"delta":{"content":"'  # the role chunk's delta starts with "role", not "content"
 MAX_REQUESTS_PER_PHASE = 500_000
@@ -42,6 +47,7 @@ class PhaseResult:
     foreign_cpu_s: float = 0.0  # CPU used by processes other than this benchmark's
     steal_s: float = 0.0
     error_samples: list[str] = field(default_factory=list)
+    redis_commands: dict[str, int] = field(default_factory=dict)  # INFO commandstats calls, diffed
 
     @property
     def rps(self) -> float:
@@ -69,6 +75,8 @@ class PhaseResult:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name, secs in other.cpu_of.items():
             self.cpu_of[name] = self.cpu_of.get(name, 0.0) + secs
+        for name, calls in other.redis_commands.items():
+            self.redis_commands[name] = self.redis_commands.get(name, 0) + calls
         self.error_samples += other.error_samples[: max(0, 3 - len(self.error_samples))]
         self.latencies_s += other.latencies_s
         self.ttft_s += other.ttft_s
@@ -84,11 +92,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Target:
-    def __init__(self, base: str, api_key: str | None = None) -> None:
+    """Where a phase sends its requests; `pid`: the proxy or gateway process in front of the worker,
+    whose CPU `Load.sides` measures (None: the worker itself, direct)."""
+
+    def __init__(self, base: str, api_key: str | None = None, pid: int | None = None) -> None:
         self.url = base + "/v1/chat/completions"
         self.headers = {"content-type": "application/json"}
         if api_key:
             self.headers["authorization"] = f"Bearer {api_key}"
+        self.pid = pid
 
 
 def chat_body(model: str, stream: bool, max_tokens: int = 64, **extra: Any) -> bytes:
@@ -104,8 +116,11 @@ def chat_body(model: str, stream: bool, max_tokens: int = 64, **extra: Any) -> b
 
 
 def open_session() -> aiohttp.ClientSession:
+    # Idle connections are dropped after 4 s, before uvicorn's 5 s keep-alive timeout closes them from
+    # the server's side: reusing one the server is closing fails the request ("Can not write request
+    # body"), which happens after waiting for quiet or between phases.
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=None),
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4, ttl_dns_cache=None),
         timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
         auto_decompress=False,
         skip_auto_headers=("User-Agent", "Accept-Encoding"),
@@ -123,9 +138,13 @@ def _first_token_at(head: bytes) -> bool:
     return False
 
 
+RedisCounter = Callable[[], Awaitable[dict[str, int]]]
+
+
 class Load:
     """Phases against targets on one session; `monitor` names this benchmark's processes, and
-    `watch` groups of them whose CPU every monitored phase records (`PhaseResult.cpu_of`)."""
+    `watch` groups of them whose CPU every monitored phase records (`PhaseResult.cpu_of`);
+    `redis_counter` reads Redis's per-command call counts (for `phase(redis_commands=True)`)."""
 
     def __init__(
         self,
@@ -133,11 +152,13 @@ class Load:
         monitor: Monitor,
         gateway_pid: int,
         watch: dict[str, list[int]] | None = None,
+        redis_counter: RedisCounter | None = None,
     ) -> None:
         self.session = session
         self.monitor = monitor
         self.gateway_pid = gateway_pid
         self.watch = watch or {}
+        self.redis_counter = redis_counter
 
     async def phase(
         self,
@@ -150,13 +171,19 @@ class Load:
         stream: bool,
         expect_events: int | None = None,
         gateway_cpu: bool = False,
+        cpu_pid: int | None = None,
         monitor: bool = True,
         wait_quiet: bool = True,
         count_tokens: bool = False,
+        redis_commands: bool = False,
+        raw: bool = False,
     ) -> PhaseResult:
         """A closed loop of `concurrency` clients for `duration_s`. `gateway_cpu`: measure the
-        gateway's CPU; `monitor`: measure foreign CPU (after waiting for quiet if `wait_quiet`);
-        `count_tokens`: read completion tokens from each stream's usage chunk."""
+        gateway's CPU (`cpu_pid`: that process's instead) into `cpu_s`; `monitor`: measure foreign
+        CPU (after waiting for quiet if `wait_quiet`); `count_tokens`: read completion tokens from
+        each stream's usage chunk; `redis_commands`: diff Redis's per-command call counts; `raw`:
+        non-stream requests from the lean protocol client (harness.rawload) instead of aiohttp, on
+        connections of its own, so that the load generator can saturate even a bare proxy."""
         result = PhaseResult(name, concurrency)
         loop = asyncio.get_running_loop()
         session = self.session
@@ -235,15 +262,28 @@ class Load:
 
         if monitor and wait_quiet:
             await self.monitor.wait_quiet()
-        gateway_pid = self.gateway_pid if gateway_cpu else None
+        raw_loop = None
+        if raw:  # connected before any counter is read
+            assert not stream, "the raw client reads whole answers only"
+            raw_loop = await RawLoop.open(url, headers, body, concurrency, latencies, MAX_REQUESTS_PER_PHASE)
+        counter = self.redis_counter if redis_commands else None
+        calls0 = await counter() if counter else {}
+        gateway_pid = cpu_pid or (self.gateway_pid if gateway_cpu else None)
         cpu0 = cpu_seconds(gateway_pid) if gateway_pid else 0.0
         snap0 = self.monitor.snapshot() if monitor else None
         watched0 = {name: cpu_seconds_of(pids) for name, pids in self.watch.items()} if monitor else {}
         t_start = perf()
         deadline = loop.time() + duration_s
         async with asyncio.timeout(duration_s + REQUEST_TIMEOUT_S + 5):
-            await asyncio.gather(*(client() for _ in range(concurrency)))
+            if raw_loop is not None:
+                await raw_loop.run(duration_s)
+            else:
+                await asyncio.gather(*(client() for _ in range(concurrency)))
         result.wall_s = perf() - t_start
+        if raw_loop is not None:
+            raw_loop.close()
+            for error in raw_loop.errors:
+                result.note_error(error)
         if gateway_pid:
             await asyncio.sleep(0.05)  # let the per-request background metering finish
             result.cpu_s = cpu_seconds(gateway_pid) - cpu0
@@ -253,6 +293,11 @@ class Load:
             result.steal_s = steal - snap0[2]
         for name, secs in watched0.items():
             result.cpu_of[name] = cpu_seconds_of(self.watch[name]) - secs
+        if counter:
+            calls1 = await counter()
+            result.redis_commands = {
+                n: c - calls0.get(n, 0) for n, c in calls1.items() if c > calls0.get(n, 0)
+            }
         result.requests = len(latencies)
         return result
 
@@ -261,16 +306,40 @@ class Load:
     ) -> tuple[PhaseResult, PhaseResult]:
         """Alternates direct and gateway phases (order flipped every round) and pools the samples
         per side; `kw` goes to `phase` (name, concurrency, stream, count_tokens)."""
-        name, concurrency = kw["name"], kw["concurrency"]
-        pooled = {
-            "direct": PhaseResult(f"{name} direct", concurrency),
-            "gateway": PhaseResult(f"{name} gateway", concurrency),
-        }
+        if gateway.pid is None:
+            gateway = copy.copy(gateway)
+            gateway.pid = self.gateway_pid
+        pooled = await self.sides(
+            {"direct": direct, "gateway": gateway}, body, rounds=rounds, side_s=side_s, **kw
+        )
+        return pooled["direct"], pooled["gateway"]
+
+    async def sides(
+        self, targets: dict[str, Target], body: bytes, *, rounds: int, side_s: float, **kw: Any
+    ) -> dict[str, PhaseResult]:
+        """Runs one phase per target in turn, `rounds` times, and pools the samples per target (by
+        label). The order changes every round (reversed every other round, rotated every two), so
+        no side always follows the same one. A target with a `pid` has that process's CPU measured,
+        and, if it is the gateway, Redis's commands counted. `kw` goes to `phase` (name,
+        concurrency, stream, expect_events, count_tokens)."""
+        name, concurrency = kw.pop("name"), kw["concurrency"]
+        pooled = {label: PhaseResult(f"{name} {label}", concurrency) for label in targets}
+        labels = list(targets)
         for r in range(rounds):
-            order = [("direct", direct), ("gateway", gateway)]
+            shift = (r // 2) % len(labels)
+            order = labels[shift:] + labels[:shift]
             if r % 2:
                 order.reverse()
-            for label, target in order:
-                res = await self.phase(target, body, duration_s=side_s, gateway_cpu=label == "gateway", **kw)
+            for label in order:
+                target = targets[label]
+                res = await self.phase(
+                    target,
+                    body,
+                    name=f"{name} {label}",
+                    duration_s=side_s,
+                    cpu_pid=target.pid,
+                    redis_commands=target.pid is not None and target.pid == self.gateway_pid,
+                    **kw,
+                )
                 pooled[label].pool(res)
-        return pooled["direct"], pooled["gateway"]
+        return pooled

@@ -152,7 +152,7 @@ def guarded(children: Children, hard_limit_s: int, work: Callable[[], T]) -> T |
 def start_announcing(
     children: Children, name: str, argv: list[str], cpus: set[int] | None
 ) -> tuple[int, subprocess.Popen[bytes]]:
-    """Starts a child that prints `READY <port>` once listening (bench/mock_worker.py)."""
+    """Starts a child that prints `READY <port>` once listening (bench/mock_worker.py, bare_proxy.py)."""
     proc = subprocess.Popen(
         argv,
         stdout=subprocess.PIPE,
@@ -167,6 +167,19 @@ def start_announcing(
     if not line.startswith("READY "):
         raise RuntimeError(f"{name} did not start (said {line!r})")
     return int(line.split()[1]), proc
+
+
+BARE_PROXY = Path(__file__).resolve().parents[1] / "bare_proxy.py"
+
+
+def start_bare_proxy(
+    children: Children, name: str, upstream: str, cpus: set[int] | None
+) -> tuple[int, subprocess.Popen[bytes]]:
+    """bench/bare_proxy.py in front of `upstream` (the gateway's uvicorn settings), pinned to `cpus`."""
+    argv = [sys.executable, str(BARE_PROXY), "--port", "0", "--upstream", upstream]
+    port, proc = start_announcing(children, name, argv, cpus)
+    pin(proc.pid, cpus)  # any thread started during boot, too
+    return port, proc
 
 
 def start_server(

@@ -29,11 +29,13 @@ async def profile_phases(
     out_dir: Path,
     spy: str,
     step: Callable[[str], None],
+    pid: int | None = None,
 ) -> dict[str, str]:
     """For each (name, body, concurrency, stream): a saturation phase (not in the table) with py-spy
-    sampling the gateway. Returns, per phase, the
+    sampling the gateway (or process `pid`, the server behind `gateway`). Returns, per phase, the
     collapsed-stack file py-spy wrote, or an error message starting with '!'."""
     summaries: dict[str, str] = {}
+    sampled = pid or load.gateway_pid
     monitor = load.monitor
     for name, body, concurrency, stream in phases:
         step(f"py-spy profile: {name}, {duration_s:g} s")
@@ -43,7 +45,7 @@ async def profile_phases(
             spy,
             "record",
             "--pid",
-            str(load.gateway_pid),
+            str(sampled),
             "--rate",
             "250",
             "--duration",
@@ -82,7 +84,7 @@ async def profile_phases(
         if foreign > NOISE_CORES:
             summaries[name + " (noise)"] = (
                 f"! other processes used {foreign:.2f} cores during the {name} profile: "
-                "a descheduled gateway skews the samples; rerun on a quiet machine"
+                "a descheduled process skews the samples; rerun on a quiet machine"
             )
     return summaries
 
@@ -94,12 +96,13 @@ def report_profiles(profiles: dict[str, str]) -> list[str]:
             out.append("  " + where)
             continue
         text = where if where.startswith("!") else summarize_collapsed(Path(where))
-        out += ["", f"py-spy profile of the gateway, {name} phase:", text]
+        who = "the bare proxy" if name.startswith("bare-proxy") else "the gateway"
+        out += ["", f"py-spy profile of {who}, {name} phase:", text]
     return out
 
 
 def _frame_module(frame: str) -> str:
-    """'handle (/x/gateway/api.py:67)' -> 'gateway/api.py'; a site-packages path -> its package."""
+    """'handle (/x/gateway/edge/api.py:67)' -> 'gateway/edge/api.py'; a site-packages path -> its package."""
     at = frame.rfind(" (")
     path = (frame[at + 2 : -1] if at >= 0 else frame).rsplit(":", 1)[0]
     if "site-packages/" in path:
@@ -185,5 +188,6 @@ def summarize_collapsed(path: Path, top: int = 15) -> str:
     )
     lines += block("self time by package (leaf frame; C code counts to its Python caller):", self_pkg, 10)
     lines += block("self time by function:", self_fn)
-    lines += block("inclusive time of gateway/ functions:", gateway_incl)
+    if gateway_incl:
+        lines += block("inclusive time of gateway/ functions:", gateway_incl)
     return "\n".join(lines)

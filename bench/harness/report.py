@@ -18,38 +18,55 @@ def verdict(value: float, limit: float, op: str) -> str:
 
 
 class Table:
+    """Rows of cells under `header`: the first column left-aligned, the values right-aligned, the
+    last two (target, result) left-aligned."""
+
     HEADER = ("metric", "value", "target", "result")
 
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, str, str, str]] = []
+    def __init__(self, header: tuple[str, ...] = HEADER) -> None:
+        self.header = header
+        self.rows: list[tuple[str, ...]] = []
 
-    def row(self, metric: str, value: str, target: str = "", result: str = "") -> None:
-        self.rows.append((metric, value, target, result))
+    def row(self, metric: str, *cells: str) -> None:
+        padded = (metric, *cells, *([""] * (len(self.header) - 1 - len(cells))))
+        assert len(padded) == len(self.header), padded
+        self.rows.append(padded)
 
     def check(self, metric: str, value: float, shown: str, op: str, limit: float, limit_shown: str) -> None:
         """A row with a target: `value` (printed as `shown`) must be `op` ("<=" or ">=") `limit`."""
         self.row(metric, shown, f"{op} {limit_shown}", verdict(value, limit, op))
 
-    def render(self) -> list[str]:
-        rows = [self.HEADER, *self.rows]
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    def check_cells(
+        self, metric: str, cells: list[str], value: float, op: str, limit: float, limit_shown: str
+    ) -> None:
+        """A row of several values, the target applying to `value`."""
+        self.row(metric, *cells, f"{op} {limit_shown}", verdict(value, limit, op))
 
-        def fmt(r: tuple[str, str, str, str]) -> str:
-            cells = [r[0].ljust(widths[0]), r[1].rjust(widths[1]), r[2].ljust(widths[2]), r[3]]
+    def render(self) -> list[str]:
+        rows = [self.header, *self.rows]
+        n = len(self.header)
+        widths = [max(len(r[i]) for r in rows) for i in range(n)]
+
+        def fmt(r: tuple[str, ...]) -> str:
+            cells = [
+                r[i].ljust(widths[i]) if i == 0 or i >= n - 2 else r[i].rjust(widths[i]) for i in range(n)
+            ]
             return "  ".join(cells).rstrip()
 
-        return [fmt(self.HEADER), "-" * (sum(widths) + 6), *(fmt(r) for r in self.rows)]
+        return [fmt(self.header), "-" * (sum(widths) + 2 * (n - 1)), *(fmt(r) for r in self.rows)]
 
 
-def phase_line(ph: PhaseResult, samples: list[float], name_width: int = 22, extra: str = "") -> str:
-    """`name n= rate p50 p90 p99 errors` in ms, then `extra`, then the gateway's CPU per request."""
+def phase_line(
+    ph: PhaseResult, samples: list[float], name_width: int = 22, extra: str = "", server: str = "gateway"
+) -> str:
+    """`name n= rate p50 p90 p99 errors` in ms, then `extra`, then the `server`'s CPU per request."""
     return (
         f"  {ph.name:<{name_width}} n={len(samples):>6}  {ph.rps:>8,.0f} req/s  "
         f"p50={1000 * percentile(samples, 50):7.3f}  p90={1000 * percentile(samples, 90):7.3f}  "
         f"p99={1000 * percentile(samples, 99):7.3f}  errors={ph.errors}"
         + extra
         + (
-            f"  gateway CPU {1000 * ph.cpu_s / ph.requests:.3f} ms/request"
+            f"  {server} CPU {1000 * ph.cpu_s / ph.requests:.3f} ms/request"
             if ph.cpu_s is not None and ph.requests
             else ""
         )
@@ -89,8 +106,14 @@ def disturbance(phases: list[PhaseResult], monitor: Monitor) -> tuple[list[str],
     return lines, notes
 
 
-def compose(facts: list[str], table: Table, details: list[str], notes: list[str]) -> list[str]:
-    out = ["", *facts, "", *table.render(), "", *details]
+def compose(
+    facts: list[str], table: Table, details: list[str], notes: list[str], *more: tuple[str, Table]
+) -> list[str]:
+    """The facts, the table, each (title, table) of `more`, the details and the warnings."""
+    out = ["", *facts, "", *table.render()]
+    for title, extra in more:
+        out += ["", title, *extra.render()]
+    out += ["", *details]
     if notes:
         out += ["", "warnings:", *(f"  ! {n}" for n in notes)]
     return out
