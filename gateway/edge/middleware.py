@@ -56,9 +56,9 @@ class RequestContextMiddleware:
         status = ctx.status or 500
         if path.startswith("/v1/"):
             model = ctx.model or UNKNOWN_MODEL
-            self.metrics.requests.labels(model, ctx.team or "none", str(status)).inc()
+            self.metrics.child(self.metrics.requests, model, ctx.team or "none", str(status)).inc()
             if ctx.model:
-                self.metrics.request_duration.labels(model).observe(elapsed)
+                self.metrics.child(self.metrics.request_duration, model).observe(elapsed)
         level = logging.DEBUG if path in _QUIET_PATHS else logging.INFO
         if access_log.isEnabledFor(level):
             access_log.log(

@@ -7,6 +7,8 @@ user: per-key usage lives in Redis metering.
 
 from __future__ import annotations
 
+from typing import Any, TypeVar, cast
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # LLM requests run from milliseconds (a 429) to many minutes (a long generation).
@@ -35,11 +37,13 @@ _DECISION_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2.5e-4, 1e-3)
 _QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 UNKNOWN_MODEL = "unknown"
+MetricT = TypeVar("MetricT", Counter, Gauge, Histogram)
 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         self.requests = Counter(
             "sluicegate_requests_total",
@@ -188,3 +192,13 @@ class Metrics:
             ["pool", "reason"],
             registry=r,
         )
+
+    def child(self, metric: MetricT, *labels: str) -> MetricT:
+        """`metric.labels(*labels)`, remembered: prometheus_client checks and locks on every
+        `labels()` call, several microseconds each, and a request makes half a dozen. Safe to
+        keep: every label set here is bounded (configured models and teams, status codes)."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return cast(MetricT, found)

@@ -64,7 +64,7 @@ class Settlement:
     _finished: bool = False
 
     def __post_init__(self) -> None:
-        self.metrics.inflight.labels(self.ctx.model).inc()
+        self.metrics.child(self.metrics.inflight, self.ctx.model).inc()
 
     def tokens(self) -> tuple[int, int]:
         """The worker's own counts when it gave believable ones; else what the gateway can tell."""
@@ -94,23 +94,23 @@ class Settlement:
             return
         self._finished = True
         ctx, out, metrics = self.ctx, self.outcome, self.metrics
-        metrics.inflight.labels(ctx.model).dec()
+        metrics.child(metrics.inflight, ctx.model).dec()
         prompt, completion = self.tokens()
         ending = self.ending()
         if out.invalid_usage:
-            metrics.upstream_errors.labels(ctx.model, "invalid_usage").inc()
+            metrics.child(metrics.upstream_errors, ctx.model, "invalid_usage").inc()
         if out.error_reason is not None:
-            metrics.upstream_errors.labels(ctx.model, out.error_reason).inc()
+            metrics.child(metrics.upstream_errors, ctx.model, out.error_reason).inc()
         if out.first_token_at is not None:
-            metrics.time_to_first_token.labels(ctx.model).observe(out.first_token_at - ctx.started)
+            metrics.child(metrics.time_to_first_token, ctx.model).observe(out.first_token_at - ctx.started)
             if out.last_token_at is not None and completion > 1:
-                metrics.time_per_output_token.labels(ctx.model).observe(
+                metrics.child(metrics.time_per_output_token, ctx.model).observe(
                     (out.last_token_at - out.first_token_at) / (completion - 1)
                 )
         if prompt:
-            metrics.tokens.labels(ctx.model, ctx.team, "prompt").inc(prompt)
+            metrics.child(metrics.tokens, ctx.model, ctx.team, "prompt").inc(prompt)
         if completion:
-            metrics.tokens.labels(ctx.model, ctx.team, "completion").inc(completion)
+            metrics.child(metrics.tokens, ctx.model, ctx.team, "completion").inc(completion)
         ctx.prompt_tokens, ctx.completion_tokens, ctx.outcome = prompt, completion, ending.value
         self.meter.submit(
             UsageRecord(

@@ -110,6 +110,18 @@ def test_stream_hides_the_gateways_usage_reports_from_a_client_that_did_not_ask(
     assert b'"usage"' in _client_bytes(continuous, _chunk("a", usage))
 
 
+def test_usage_is_stripped_wherever_the_worker_put_it() -> None:
+    usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+    plain = _chat({"stream": True})
+    first = {"usage": usage, **_chunk("a")}  # not last: the bytes cannot simply be cut
+    out = orjson.loads(_client_bytes(plain, first).removeprefix(b"data: "))
+    assert "usage" not in out
+    assert out["choices"][0]["delta"]["content"] == "a"
+    spaced = b'{"model": "up", "choices": [{"delta": {"content": "b"}}], "usage": {"prompt_tokens": 3}}'
+    out = orjson.loads(CHAT.stream(plain, "m").event(orjson.loads(spaced), spaced).removeprefix(b"data: "))
+    assert out == {"model": "m", "choices": [{"delta": {"content": "b"}}]}
+
+
 def test_model_rewrite_keeps_other_bytes() -> None:
     call = _chat({"stream": True})
     raw = b'{"model":"up","choices":[{"delta":{"content":"\\"model\\": \\"up\\""}}]}'

@@ -7,6 +7,7 @@ for them never sees.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -87,13 +88,16 @@ class OpenAIStream:
                 if not call.wants_usage:
                     return b""  # the final usage chunk the gateway asked for, not the client
             elif not call.wants_continuous_usage:
-                del chunk["usage"]  # cumulative usage on a content chunk: the gateway's alone
-                if "model" in chunk:
-                    chunk["model"] = self._name
-                try:
-                    return b"data: " + orjson.dumps(chunk) + b"\n\n"
-                except orjson.JSONEncodeError:
-                    pass  # nested deeper than orjson writes: relayed as the worker wrote it
+                # Cumulative usage on a content chunk: the gateway's alone. Workers write it last
+                # (vLLM, Reframr, the fake), so it is cut off the bytes without re-encoding.
+                usage = chunk.pop("usage")
+                tail = b',"usage":' + orjson.dumps(usage) + b"}"
+                if data.endswith(tail):
+                    data = data[: -len(tail)] + b"}"
+                else:
+                    # Nested deeper than orjson writes: relayed as the worker wrote it.
+                    with contextlib.suppress(orjson.JSONEncodeError):
+                        data = orjson.dumps(chunk)
         return b"data: " + self._rewrite.apply(data, chunk.get("model")) + b"\n\n"
 
     def done(self) -> bytes:
