@@ -21,7 +21,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.config import Settings
+from gateway.config import ModelConfig, Settings
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.auth import Authenticator, Principal
 from gateway.limits import admission as limits
@@ -29,13 +29,12 @@ from gateway.limits.admission import Admission, RateLimiter
 from gateway.observability.metrics import Metrics
 from gateway.proxy.context import CLIENT_CLOSED, RequestContext
 from gateway.proxy.dialects.base import Call, Dialect
-from gateway.proxy.disconnect import unless_client_leaves
+from gateway.proxy.disconnect import ClientWatch
 from gateway.proxy.relay import STREAM_HEADERS, StreamRelay, note_usage, read_whole
 from gateway.proxy.settlement import Settlement, Submitter
 from gateway.proxy.upstream import Upstream, UpstreamResponse
 from gateway.proxy.worker_errors import worker_failure
 from gateway.routing.policy import RouteRequest
-from gateway.routing.pool import Pool
 from gateway.routing.router import ModelRoute, Router
 
 _MAX_ANSWER_BYTES = 64 * 1024 * 1024
@@ -212,8 +211,11 @@ class Pipeline:
             team=ctx.team,
             share_weight=admitted.principal.team_limits.share_weight,
         )
-        answered, upstream = await unless_client_leaves(
-            self._upstream.open(
+        # One watch for the queue, the worker's head and a whole answer's body: a client that
+        # leaves during any of them frees the worker (a stream's relay watches on its own).
+        watch = ClientWatch(receive)
+        try:
+            upstream = await self._upstream.open(
                 self._router.plan(admitted.requested),
                 call.worker_path,
                 lambda pool: call.worker_body(pool.wire_model, continuous_usage=pool.model.continuous_usage),
@@ -221,19 +223,29 @@ class Pipeline:
                 route,
                 head_deadline=head_deadline,
                 stream=call.stream,
-            ),
-            receive,
-        )
-        if upstream is None or not answered:
+            )
+            outcome.reached_worker = True
+            response = upstream.response
+            streaming = (
+                call.stream and response.status == 200 and response.content_type == "text/event-stream"
+            )
+            body = b"" if streaming else await self._read(upstream, model, head_deadline, stream=call.stream)
+        except asyncio.CancelledError:
+            if not watch.caught():
+                raise  # someone else's cancellation (shutdown): not ours to swallow
             outcome.disconnected = True
             ctx.status = CLIENT_CLOSED
             return
-        outcome.reached_worker = True
+        except GatewayError as error:
+            if outcome.reached_worker:  # the answer broke off or timed out while being read
+                outcome.error_reason = error.code.wire_code
+            raise
+        finally:
+            await watch.close()
         pool = upstream.pool
         answer_name = call.model if pool.model is model else pool.model.name
         headers = {**dialect.limit_headers(admitted.admission), MODEL_HEADER: pool.model.name}
-        response = upstream.response
-        if call.stream and response.status == 200 and response.content_type == "text/event-stream":
+        if streaming:
             relay = StreamRelay(
                 upstream,
                 dialect.stream(call, answer_name),
@@ -243,19 +255,6 @@ class Pipeline:
                 idle_timeout_s=model.timeouts.idle,
             )
             await relay.run(receive, send)
-            return
-        try:
-            # A client that leaves while a whole answer is read frees the worker too.
-            read = await unless_client_leaves(
-                self._read(upstream, pool, head_deadline if not call.stream else None), receive
-            )
-        except GatewayError as error:
-            outcome.error_reason = error.code.wire_code
-            raise
-        finished, body = read
-        if not finished or body is None:
-            outcome.disconnected = True
-            ctx.status = CLIENT_CLOSED
             return
         if response.status != 200:
             outcome.error_reason = f"status_{response.status}"
@@ -274,10 +273,11 @@ class Pipeline:
         content = dialect.whole(call, answer, body, answer_name)
         await Response(content, headers=headers, media_type="application/json")(scope, receive, send)
 
-    async def _read(self, upstream: UpstreamResponse, pool: Pool, deadline: float | None) -> bytes:
+    async def _read(
+        self, upstream: UpstreamResponse, model: ModelConfig, head_deadline: float, *, stream: bool
+    ) -> bytes:
         """A whole answer (or a stream request's error answer, within the idle timeout)."""
-        if deadline is None:
-            deadline = asyncio.get_running_loop().time() + pool.model.timeouts.idle
+        deadline = asyncio.get_running_loop().time() + model.timeouts.idle if stream else head_deadline
         done = False
         try:
             body = await read_whole(upstream, deadline=deadline, max_bytes=_MAX_ANSWER_BYTES)

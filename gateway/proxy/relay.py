@@ -20,7 +20,7 @@ from starlette.types import Receive, Send
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.dialects.base import ClientStream
-from gateway.proxy.disconnect import client_gone
+from gateway.proxy.disconnect import ClientWatch
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.sse import SSEEvent, SSEParser
 from gateway.proxy.upstream import UpstreamResponse
@@ -87,36 +87,26 @@ class StreamRelay:
         self._headers = headers
         self._first_token_deadline = first_token_deadline
         self._idle_timeout_s = idle_timeout_s
-        self._delivered = False
 
     async def run(self, receive: Receive, send: Send) -> None:
-        pump: asyncio.Task[None] | None = None
-        watcher: asyncio.Task[None] | None = None
+        watch = ClientWatch(receive)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self._headers})
-            pump = asyncio.ensure_future(self._pump(send))
-            watcher = asyncio.ensure_future(self._watch_disconnect(receive))
-            await asyncio.wait((pump, watcher), return_when=asyncio.FIRST_COMPLETED)
-            if pump.done() and not self.outcome.disconnected:
-                pump.result()
+            await self._pump(send, watch)
+        except asyncio.CancelledError:
+            if not watch.caught():
+                raise  # someone else's cancellation (shutdown): not ours to swallow
+            self.outcome.disconnected = True
         except OSError:
             # The client's socket failed under a send: the same as leaving.
             self.outcome.disconnected = True
         finally:
-            for task in (pump, watcher):
-                if task is not None and not task.done():
-                    task.cancel()
+            await watch.close()
             # Closing (not releasing) drops the worker connection, which is what makes an
             # engine like vLLM abort the generation.
             self._upstream.close()
 
-    async def _watch_disconnect(self, receive: Receive) -> None:
-        await client_gone(receive)
-        if not self._delivered:
-            self.outcome.disconnected = True
-            self._upstream.response.close()
-
-    async def _pump(self, send: Send) -> None:
+    async def _pump(self, send: Send, watch: ClientWatch) -> None:
         loop = asyncio.get_running_loop()
         content = self._upstream.response.content
         parser = SSEParser()
@@ -141,13 +131,14 @@ class StreamRelay:
                     # The endpoint's health verdict: it answered in time (only the first counts).
                     self._upstream.report(True)
                     batch = self._process(events)
-                    # A client that hangs up once the end is on its way has not left early.
-                    self._delivered = batch.done
+                    if batch.done:
+                        watch.delivered()  # a client that hangs up now has not left early
                     if batch.out:
                         await send({"type": "http.response.body", "body": batch.out, "more_body": True})
-                    if batch.usage is not None and not outcome.disconnected:
+                    if batch.usage is not None:
                         # Written to the client's socket: uvicorn's send returns without writing
-                        # once the client is gone, and wakes the disconnect watcher first.
+                        # once the client is gone, but wakes the watch first, whose cancellation
+                        # then lands on that send.
                         outcome.relayed_usage = batch.usage
                     failure = batch.failure
                     deadline.reschedule(loop.time() + self._idle_timeout_s)
@@ -162,10 +153,6 @@ class StreamRelay:
             # ValueError: aiohttp's chunked-encoding parser on bytes that are not HTTP.
             outcome.error_reason = "stream_broken"
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream broke off.")
-        if outcome.disconnected:
-            # The relay itself closed the worker connection: the client left, the worker did not fail.
-            outcome.error_reason = None
-            return
         if batch.done and failure is None:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
@@ -175,7 +162,7 @@ class StreamRelay:
         if failure is None:
             outcome.error_reason = "stream_truncated"
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream ended early.")
-        self._delivered = True
+        watch.delivered()
         await send({"type": "http.response.body", "body": self._client.failure(failure), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
