@@ -271,6 +271,10 @@ def gateway_stack(
             "SLUICEGATE_PORT": str(port),
             "SLUICEGATE_LOG_LEVEL": "warning",
         }
+        # Another checkout's gateway (say, main before a change) against this run's baselines.
+        other = os.environ.get("SLUICEGATE_BENCH_GATEWAY_SRC")
+        if other:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, (other, env.get("PYTHONPATH"))))
         base = f"http://127.0.0.1:{port}"
         log_path = Path(tmp) / "gateway.log"
         argv = [sys.executable, "-m", "gateway", "serve"]

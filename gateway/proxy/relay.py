@@ -203,7 +203,7 @@ class StreamRelay:
                     batch.usage = usage
                     if choices == []:
                         outcome.usage = usage  # the final report
-            out.append(client.event(chunk, data))
+            out.append(client.event(chunk, data, event.raw))
         batch.out = b"".join(out)
         return batch
 

@@ -91,7 +91,8 @@ def _chunk(content: str, usage: dict[str, int] | None = None, model: str = "up")
 
 
 def _client_bytes(call: Any, chunk: dict[str, Any]) -> bytes:
-    return CHAT.stream(call, "m").event(chunk, orjson.dumps(chunk))
+    data = orjson.dumps(chunk)
+    return CHAT.stream(call, "m").event(chunk, data, b"data: " + data + b"\n\n")
 
 
 def test_stream_hides_the_gateways_usage_reports_from_a_client_that_did_not_ask() -> None:
@@ -118,14 +119,15 @@ def test_usage_is_stripped_wherever_the_worker_put_it() -> None:
     assert "usage" not in out
     assert out["choices"][0]["delta"]["content"] == "a"
     spaced = b'{"model": "up", "choices": [{"delta": {"content": "b"}}], "usage": {"prompt_tokens": 3}}'
-    out = orjson.loads(CHAT.stream(plain, "m").event(orjson.loads(spaced), spaced).removeprefix(b"data: "))
+    event = CHAT.stream(plain, "m").event(orjson.loads(spaced), spaced, b"data: " + spaced + b"\n\n")
+    out = orjson.loads(event.removeprefix(b"data: "))
     assert out == {"model": "m", "choices": [{"delta": {"content": "b"}}]}
 
 
 def test_model_rewrite_keeps_other_bytes() -> None:
     call = _chat({"stream": True})
     raw = b'{"model":"up","choices":[{"delta":{"content":"\\"model\\": \\"up\\""}}]}'
-    out = CHAT.stream(call, "m").event(orjson.loads(raw), raw)
+    out = CHAT.stream(call, "m").event(orjson.loads(raw), raw, b"data: " + raw + b"\n\n")
     assert out == b'data: {"model":"m","choices":[{"delta":{"content":"\\"model\\": \\"up\\""}}]}\n\n'
 
 

@@ -45,8 +45,9 @@ class Call(Protocol):
 class ClientStream(Protocol):
     """Turns one worker stream into the client's events."""
 
-    def event(self, chunk: dict[str, Any], data: bytes) -> bytes:
-        """The client's bytes for one parsed worker chunk (b"" to drop it)."""
+    def event(self, chunk: dict[str, Any], data: bytes, raw: bytes) -> bytes:
+        """The client's bytes for one parsed worker chunk (b"" to drop it). `data` is the
+        event's JSON as the worker sent it, `raw` the whole event (`data: ...` and its blank line)."""
         ...
 
     def done(self) -> bytes:

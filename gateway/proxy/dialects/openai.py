@@ -81,8 +81,9 @@ class OpenAIStream:
         self._name = answer_name
         self._rewrite = ModelRewrite(answer_name)
 
-    def event(self, chunk: dict[str, Any], data: bytes) -> bytes:
+    def event(self, chunk: dict[str, Any], data: bytes, raw: bytes) -> bytes:
         call = self._call
+        changed = False
         if "usage" in chunk:
             if chunk.get("choices") == []:
                 if not call.wants_usage:
@@ -91,6 +92,7 @@ class OpenAIStream:
                 # Cumulative usage on a content chunk: the gateway's alone. Workers write it last
                 # (vLLM, Reframr, the fake), so it is cut off the bytes without re-encoding.
                 usage = chunk.pop("usage")
+                changed = True
                 tail = b',"usage":' + orjson.dumps(usage) + b"}"
                 if data.endswith(tail):
                     data = data[: -len(tail)] + b"}"
@@ -98,7 +100,10 @@ class OpenAIStream:
                     # Nested deeper than orjson writes: relayed as the worker wrote it.
                     with contextlib.suppress(orjson.JSONEncodeError):
                         data = orjson.dumps(chunk)
-        return b"data: " + self._rewrite.apply(data, chunk.get("model")) + b"\n\n"
+        renamed = self._rewrite.apply(data, chunk.get("model"))
+        if renamed is data and not changed:
+            return raw  # as the worker sent it: no copy
+        return b"data: " + renamed + b"\n\n"
 
     def done(self) -> bytes:
         return DONE_EVENT
