@@ -177,28 +177,24 @@ class Upstream:
                 if not is_stream:
                     upstream.report(verdict is None)
                 return upstream
-            except (aiohttp.ClientConnectionError, aiohttp.ClientOSError) as exc:
-                # Before TimeoutError: aiohttp's connect timeout is both, and is worth a retry.
-                verdict = False
-                self._metrics.upstream_errors.labels(model.name, "connect").inc()
-                last_failure = f"{endpoint.url} could not be reached ({type(exc).__name__})"
-                log.warning(
-                    "upstream connect failed model=%s endpoint=%s error=%s",
-                    model.name,
-                    endpoint.url,
-                    type(exc).__name__,
-                )
             except (aiohttp.ClientError, ValueError) as exc:
-                # A response head that is not HTTP (a bad status line, an oversized header, a
-                # content-length that is not a number): the worker is broken, not unreachable.
+                # Before TimeoutError: aiohttp's connect timeout is both, and is worth a retry.
+                # Anything else is a response head that is not HTTP (a bad status line, an
+                # oversized header, a content-length that is not a number): the worker is broken,
+                # not unreachable, and that is a 502 once every attempt has failed so.
                 verdict = False
-                bad_answers += 1
-                self._metrics.upstream_errors.labels(model.name, "bad_response").inc()
-                last_failure = f"{endpoint.url} answered with a malformed response"
+                unreachable = isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientOSError)
+                reason = "connect" if unreachable else "bad_response"
+                bad_answers += 0 if unreachable else 1
+                self._metrics.upstream_errors.labels(model.name, reason).inc()
+                last_failure = endpoint.url + (
+                    f" could not be reached ({type(exc).__name__})" if unreachable else " answered garbage"
+                )
                 log.warning(
-                    "upstream malformed answer model=%s endpoint=%s error=%s",
+                    "upstream failed model=%s endpoint=%s reason=%s error=%s",
                     model.name,
                     endpoint.url,
+                    reason,
                     type(exc).__name__,
                 )
             except TimeoutError:
