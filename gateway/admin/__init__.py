@@ -1,0 +1,1 @@
+"""The admin API: teams, keys, usage and models, behind the admin token."""

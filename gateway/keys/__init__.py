@@ -1,0 +1,3 @@
+"""API keys: the bearer-token authenticator with its short local cache, and the key and team store
+(hashed at rest).
+"""

@@ -33,7 +33,7 @@ from gateway.proxy.disconnect import ClientWatch
 from gateway.proxy.relay import STREAM_HEADERS, StreamRelay, note_usage, read_whole
 from gateway.proxy.settlement import Settlement, Submitter
 from gateway.proxy.upstream import Upstream, UpstreamResponse
-from gateway.proxy.worker_errors import worker_failure
+from gateway.proxy.worker_errors import sanitised, worker_failure
 from gateway.routing.policy import RouteRequest
 from gateway.routing.router import ModelRoute, Router
 
@@ -168,13 +168,15 @@ class Pipeline:
         requested = self._router.resolve(call.model)
         if requested is None:
             raise GatewayError(
-                ErrorCode.MODEL_NOT_FOUND, f"The model '{call.model}' does not exist.", param="model"
+                ErrorCode.MODEL_NOT_FOUND,
+                f"The model '{sanitised(call.model)}' does not exist.",
+                param="model",
             )
         ctx.model = requested.model.name
         if not key.may_use(ctx.model):
             raise GatewayError(
                 ErrorCode.MODEL_NOT_ALLOWED,
-                f"This API key may not use the model '{call.model}'.",
+                f"This API key may not use the model '{sanitised(call.model)}'.",
                 param="model",
             )
         planned = limits.plan(

@@ -39,6 +39,7 @@ def _message_of(body: bytes) -> str | None:
 
 
 def sanitised(message: str) -> str:
+    """Text someone else chose (a worker's message, a client's model name), fit to echo."""
     text = _CONTROL.sub(" ", message).strip()
     return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 1] + "…"
 

@@ -72,3 +72,16 @@ def test_a_deeply_nested_but_valid_body_is_not_a_500(make_gateway: GatewayFactor
         )
         assert reply.status in (200, 400), f"{name}: {reply.status} {reply.body[:200]!r}"
         wait_inflight_zero(gw)
+
+
+def test_a_model_name_a_megabyte_long_is_not_echoed_whole(make_gateway: GatewayFactory) -> None:
+    """The client chooses the model name; the 404 echoes it, bounded, never as sent."""
+    with make_gateway() as gw:
+        key = gw.new_key()["key"]
+        name = "m" * 1_000_000
+        reply = post(
+            f"{gw.url}{CHAT}", {"model": name, "messages": [{"role": "user", "content": "hi"}]}, key=key
+        )
+        assert reply.status == 404
+        assert len(reply.body) < 2_000, f"a {len(reply.body)}-byte error body for a 404"
+        assert b"model_not_found" in reply.body
