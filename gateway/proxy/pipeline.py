@@ -225,6 +225,7 @@ class Pipeline:
                 route,
                 head_deadline=head_deadline,
                 stream=call.stream,
+                attempt_failures=outcome.attempt_failures,
             )
             outcome.reached_worker = True
             response = upstream.response

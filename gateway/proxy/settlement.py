@@ -48,6 +48,8 @@ class Outcome:
     first_token_at: float | None = None  # perf_counter
     last_token_at: float | None = None
     finish_reason: str | None = None
+    # (model, reason) of each worker attempt that failed before an answer: retried, or the end
+    attempt_failures: list[tuple[str, str]] = field(default_factory=list)
     error_reason: str | None = None  # why the worker's answer was bad: a metric label
     failed: bool = False  # the client got an error (the gateway's, or a worker's refusal)
     disconnected: bool = False
@@ -97,6 +99,8 @@ class Settlement:
         metrics.child(metrics.inflight, ctx.model).dec()
         prompt, completion = self.tokens()
         ending = self.ending()
+        for model, reason in out.attempt_failures:
+            metrics.child(metrics.upstream_errors, model, reason).inc()
         if out.invalid_usage:
             metrics.child(metrics.upstream_errors, ctx.model, "invalid_usage").inc()
         if out.error_reason is not None:

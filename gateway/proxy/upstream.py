@@ -94,11 +94,14 @@ class Upstream:
         *,
         head_deadline: float,
         stream: bool,
+        attempt_failures: list[tuple[str, str]] | None = None,
     ) -> UpstreamResponse:
         """Returns once a worker has sent its status line and headers, before `head_deadline`
         (event-loop time). The caller must `release()` or `close()` the result.
 
-        `stream`: the caller reports the health verdict itself once the first event arrives."""
+        `stream`: the caller reports the health verdict itself once the first event arrives.
+        `attempt_failures`: (model, reason) of each failed attempt is added there, for the
+        request's settlement to count once the request ends."""
         failures: list[str] = []
         broken: WorkerBroken | None = None
         requested = pools[0].model.name if pools else route.model
@@ -108,7 +111,15 @@ class Upstream:
             last = i == len(pools) - 1
             try:
                 return await self._open_pool(
-                    pool, path, body_for(pool), headers, route, head_deadline, stream=stream, last=last
+                    pool,
+                    path,
+                    body_for(pool),
+                    headers,
+                    route,
+                    head_deadline,
+                    stream=stream,
+                    last=last,
+                    failures=[] if attempt_failures is None else attempt_failures,
                 )
             except PoolUnavailable as exc:
                 failures.append(str(exc))
@@ -133,6 +144,7 @@ class Upstream:
         *,
         stream: bool,
         last: bool,
+        failures: list[tuple[str, str]],
     ) -> UpstreamResponse:
         model = pool.model
         loop = asyncio.get_running_loop()
@@ -167,7 +179,7 @@ class Upstream:
                     verdict = False
                     final = last and attempt + 1 == _ATTEMPTS_PER_POOL
                     if response.status in _RETRYABLE_STATUS and not final:
-                        self._metrics.upstream_errors.labels(model.name, f"status_{response.status}").inc()
+                        failures.append((model.name, f"status_{response.status}"))
                         last_failure = f"{endpoint.url} answered {response.status}"
                         response.release()
                         continue
@@ -186,7 +198,7 @@ class Upstream:
                 unreachable = isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientOSError)
                 reason = "connect" if unreachable else "bad_response"
                 bad_answers += 0 if unreachable else 1
-                self._metrics.upstream_errors.labels(model.name, reason).inc()
+                failures.append((model.name, reason))
                 last_failure = endpoint.url + (
                     f" could not be reached ({type(exc).__name__})" if unreachable else " answered garbage"
                 )
@@ -199,7 +211,7 @@ class Upstream:
                 )
             except TimeoutError:
                 verdict = False
-                self._metrics.upstream_errors.labels(model.name, "timeout").inc()
+                failures.append((model.name, "timeout"))
                 raise GatewayError(
                     ErrorCode.UPSTREAM_TIMEOUT,
                     f"The worker for model '{model.name}' did not answer in time.",
