@@ -136,8 +136,12 @@ def test_redis_going_away_mid_run_never_breaks_an_answer(make_gateway: GatewayFa
         EmbeddedRedis() as own_redis,
         make_gateway(redis_url=own_redis.url, key_cache_ttl_s=30, redis_timeout_s=0.5) as gw,
     ):
-        client = gw.client(gw.new_key()["key"])
+        key = gw.new_key()
+        client = gw.client(key["key"])
         client.chat.completions.create(model=FAKE_MODEL, messages=HELLO)
+        # That answer's usage is written behind it; a usage report writes what is pending first,
+        # so the one record left pending below is the next answer's.
+        assert [row["requests"] for row in gw.usage(key["team"])] == [1]
         own_redis.stop()
         # The key is in this replica's cache: the answer still comes; its usage waits in the queue.
         reply = client.chat.completions.create(model=FAKE_MODEL, messages=HELLO)
