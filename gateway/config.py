@@ -6,6 +6,7 @@ finds a typo by watching requests fail.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tempfile
@@ -69,6 +70,15 @@ class Settings:
     kubernetes_namespaces: tuple[str, ...] = ()  # empty: the namespace the gateway runs in
     # Outside a pod, discovery reads this kubeconfig (standard KUBECONFIG; default ~/.kube/config).
     kubeconfig: str | None = None
+    # Bounds on what one client connection may hold (gateway/edge/; README "Limits and timeouts").
+    max_header_bytes: int = 32 * 1024  # the whole request head; more gets 431 and a close
+    header_timeout_s: float = 10.0  # a connection must complete its request head within this
+    body_timeout_s: float = 30.0  # the whole request body must arrive within this: 408
+    keep_alive_timeout_s: float = 5.0  # uvicorn's idle time between requests on one connection
+    # A worker SSE event larger than this ends the stream with an error event (gateway/proxy/relay.py).
+    max_event_bytes: int = 1024 * 1024
+    # Peers whose X-Forwarded-For the gateway extends instead of replacing (IPs or CIDRs).
+    trusted_proxies: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -123,4 +133,23 @@ class Settings:
             kubernetes_autodiscovery=autodiscovery in ("true", "1"),
             kubernetes_namespaces=namespaces,
             kubeconfig=env.get("KUBECONFIG") or None,
+            max_header_bytes=number("SLUICEGATE_MAX_HEADER_BYTES", defaults.max_header_bytes, int),
+            header_timeout_s=number("SLUICEGATE_HEADER_TIMEOUT", defaults.header_timeout_s, float),
+            body_timeout_s=number("SLUICEGATE_BODY_TIMEOUT", defaults.body_timeout_s, float),
+            keep_alive_timeout_s=number(
+                "SLUICEGATE_KEEP_ALIVE_TIMEOUT", defaults.keep_alive_timeout_s, float
+            ),
+            max_event_bytes=number("SLUICEGATE_MAX_EVENT_BYTES", defaults.max_event_bytes, int),
+            trusted_proxies=_trusted_proxies(env.get("SLUICEGATE_TRUSTED_PROXIES") or ""),
         )
+
+
+def _trusted_proxies(raw: str) -> tuple[str, ...]:
+    """Comma-separated IPs or CIDRs, each checked here so a typo stops the start."""
+    entries = tuple(part.strip() for part in raw.split(",") if part.strip())
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ConfigError(f"SLUICEGATE_TRUSTED_PROXIES: not an IP or CIDR: {entry!r}") from None
+    return entries
