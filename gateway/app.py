@@ -38,6 +38,7 @@ from gateway.metering.meter import Meter
 from gateway.metering.spool import Spool
 from gateway.observability.metrics import Metrics
 from gateway.proxy.dialects import openai
+from gateway.proxy.forwarding import Forwarding, trusted_networks
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.upstream import Upstream, new_session
 from gateway.redis.breaker import RedisBreaker
@@ -119,6 +120,7 @@ def create_app(
             ),
             router=router,
             upstream=Upstream(session, router, metrics),
+            forwarding=Forwarding(trusted_networks(settings.trusted_proxies)),
             meter=meter,
             metrics=metrics,
         )

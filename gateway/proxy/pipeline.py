@@ -30,6 +30,7 @@ from gateway.observability.metrics import Metrics
 from gateway.proxy.context import CLIENT_CLOSED, RequestContext
 from gateway.proxy.dialects.base import Call, Dialect
 from gateway.proxy.disconnect import ClientWatch
+from gateway.proxy.forwarding import Forwarding
 from gateway.proxy.relay import STREAM_HEADERS, StreamRelay, note_usage, read_whole
 from gateway.proxy.settlement import Settlement, Submitter
 from gateway.proxy.upstream import Upstream, UpstreamResponse
@@ -41,49 +42,6 @@ _MAX_ANSWER_BYTES = 64 * 1024 * 1024
 # Names the model that answered: the one asked for, or the fallback that stood in for it.
 MODEL_HEADER = "x-sluicegate-model"
 SESSION_HEADER = "x-session-id"
-# The client's own request id reaches the worker under this name; the worker's x-request-id is
-# the gateway's, unique per request, so two requests can never collide there.
-CLIENT_REQUEST_ID_HEADER = "x-client-request-id"
-
-# Never sent on to a worker: the client's credentials, and headers that describe the client's own
-# connection or body (the gateway's request to the worker has its own).
-_NOT_FORWARDED = frozenset(
-    {
-        b"authorization",
-        b"x-api-key",
-        b"proxy-authorization",
-        b"cookie",
-        b"host",
-        b"content-length",
-        b"content-type",
-        b"transfer-encoding",
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"upgrade",
-        b"expect",
-        b"accept-encoding",
-        b"x-request-id",
-        b"x-client-request-id",
-    }
-)
-
-
-def worker_headers(scope: Scope, ctx: RequestContext) -> dict[str, str]:
-    """The client's headers minus credentials and hop-by-hop ones: tracing headers and the
-    like reach the worker unchanged."""
-    headers = {
-        name.decode("latin-1"): value.decode("latin-1")
-        for name, value in scope["headers"]
-        if name not in _NOT_FORWARDED
-    }
-    headers["content-type"] = "application/json"
-    headers["x-request-id"] = ctx.request_id
-    if ctx.client_request_id is not None:
-        headers[CLIENT_REQUEST_ID_HEADER] = ctx.client_request_id
-    return headers
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
@@ -124,8 +82,10 @@ class Pipeline:
         upstream: Upstream,
         meter: Submitter,
         metrics: Metrics,
+        forwarding: Forwarding,
     ) -> None:
         self._settings = settings
+        self._forwarding = forwarding
         self._auth = auth
         self._limiter = limiter
         self._router = router
@@ -221,7 +181,7 @@ class Pipeline:
                 self._router.plan(admitted.requested),
                 call.worker_path,
                 lambda pool: call.worker_body(pool.wire_model, continuous_usage=pool.model.continuous_usage),
-                worker_headers(scope, ctx),
+                self._forwarding.worker_headers(scope, ctx),
                 route,
                 head_deadline=head_deadline,
                 stream=call.stream,

@@ -1,0 +1,129 @@
+"""The headers a worker gets: the client's, minus what is not the worker's business, plus the
+gateway's own request ids and forwarding headers.
+
+Stripped: the client's credentials (a worker, or whoever registered its endpoint, must never see
+a Sluicegate key), hop-by-hop headers (RFC 9110 §7.6.1, including any the client names in
+`Connection:`), headers that describe the client's own connection or body (the gateway's request
+to the worker has its own), and every client-written claim about where the request came from
+(`Forwarded`, `X-Forwarded-*`, `X-Real-IP`). The gateway then says itself who the client is:
+`X-Forwarded-For` is the peer's address, extended (not replaced) only when that peer is a
+configured trusted proxy, whose own `X-Forwarded-For`/`X-Forwarded-Proto` are then believed.
+Everything else (tracing headers, `OpenAI-Organization`, …) reaches the worker unchanged.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+
+from starlette.types import Scope
+
+from gateway.proxy.context import RequestContext
+
+# The client's own request id reaches the worker under this name; the worker's x-request-id is
+# the gateway's, unique per request, so two requests can never collide there.
+CLIENT_REQUEST_ID_HEADER = "x-client-request-id"
+
+_NOT_FORWARDED = frozenset(
+    {
+        # credentials
+        b"authorization",
+        b"x-api-key",
+        b"api-key",
+        b"proxy-authorization",
+        b"cookie",
+        # hop-by-hop, and the client's connection and body
+        b"host",
+        b"content-length",
+        b"content-type",
+        b"content-encoding",
+        b"transfer-encoding",
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"expect",
+        b"accept-encoding",
+        # identity the client could forge; the gateway writes its own
+        b"forwarded",
+        b"x-forwarded-for",
+        b"x-forwarded-proto",
+        b"x-forwarded-host",
+        b"x-forwarded-port",
+        b"x-real-ip",
+        # ids: the gateway's own go out under these names
+        b"x-request-id",
+        b"x-client-request-id",
+    }
+)
+
+Networks = tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+
+
+def trusted_networks(entries: Iterable[str]) -> Networks:
+    """Settings.trusted_proxies, parsed once (the settings already checked each entry)."""
+    return tuple(ipaddress.ip_network(entry, strict=False) for entry in entries)
+
+
+class Forwarding:
+    """Builds a worker's request headers; one per gateway, holding the trusted proxies."""
+
+    __slots__ = ("_trusted",)
+
+    def __init__(self, trusted: Networks = ()) -> None:
+        self._trusted = trusted
+
+    def worker_headers(self, scope: Scope, ctx: RequestContext) -> dict[str, str]:
+        raw: list[tuple[bytes, bytes]] = scope["headers"]
+        hop_by_hop = _named_in_connection(raw)
+        headers: dict[str, str] = {}
+        client_forwarded_for: list[str] = []
+        client_proto: str | None = None
+        for name, value in raw:
+            if name == b"x-forwarded-for":
+                client_forwarded_for.append(value.decode("latin-1").strip())
+            elif name == b"x-forwarded-proto":
+                client_proto = value.decode("latin-1").strip()
+            if name in _NOT_FORWARDED or name in hop_by_hop:
+                continue
+            headers[name.decode("latin-1")] = value.decode("latin-1")
+        peer = _peer(scope)
+        proto = str(scope.get("scheme", "http"))
+        forwarded_for = peer
+        if peer and self._is_trusted(peer):
+            chain = ", ".join(part for part in client_forwarded_for if part)
+            forwarded_for = f"{chain}, {peer}" if chain else peer
+            proto = client_proto or proto
+        if forwarded_for:
+            headers["x-forwarded-for"] = forwarded_for
+        headers["x-forwarded-proto"] = proto
+        headers["content-type"] = "application/json"
+        headers["x-request-id"] = ctx.request_id
+        if ctx.client_request_id is not None:
+            headers[CLIENT_REQUEST_ID_HEADER] = ctx.client_request_id
+        return headers
+
+    def _is_trusted(self, peer: str) -> bool:
+        if not self._trusted:
+            return False
+        try:
+            address = ipaddress.ip_address(peer)
+        except ValueError:
+            return False  # a unix socket or similar: no address to trust
+        return any(address in network for network in self._trusted)
+
+
+def _peer(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
+def _named_in_connection(raw: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    """Headers the client declared hop-by-hop by naming them in `Connection:`."""
+    named: set[bytes] = set()
+    for name, value in raw:
+        if name == b"connection":
+            named.update(token.strip().lower() for token in value.split(b",") if token.strip())
+    return frozenset(named)
