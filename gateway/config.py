@@ -14,6 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.discovery.trust import (
+    DEFAULT_MAX_WEIGHT,
+    ModelNamespaces,
+    parse_max_weight,
+    parse_model_namespaces,
+)
 from gateway.errors import ConfigError
 from gateway.model_table import (
     MODEL_NAME_RE,
@@ -79,6 +85,10 @@ class Settings:
     max_event_bytes: int = 1024 * 1024
     # Peers whose X-Forwarded-For the gateway extends instead of replacing (IPs or CIDRs).
     trusted_proxies: tuple[str, ...] = ()
+    # Which namespaces may serve which autodiscovered model; a model with no entry only the
+    # gateway's own namespace. Weights above the cap refuse the Service (gateway/discovery/trust.py).
+    kubernetes_model_namespaces: ModelNamespaces = ()
+    kubernetes_max_weight: float = DEFAULT_MAX_WEIGHT
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -141,6 +151,10 @@ class Settings:
             ),
             max_event_bytes=number("SLUICEGATE_MAX_EVENT_BYTES", defaults.max_event_bytes, int),
             trusted_proxies=_trusted_proxies(env.get("SLUICEGATE_TRUSTED_PROXIES") or ""),
+            kubernetes_model_namespaces=parse_model_namespaces(
+                env.get("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES") or ""
+            ),
+            kubernetes_max_weight=parse_max_weight(env.get("SLUICEGATE_KUBERNETES_MAX_WEIGHT")),
         )
 
 

@@ -5,7 +5,8 @@ which label values cannot), else the label value. Other annotations: `sluicegate
 (comma list), `sluicegate.io/upstream-model`, `sluicegate.io/port` (name or number; default the
 Service port named `http`, else its only port) and `sluicegate.io/weight` (default 1). Services
 with the same model name are one model, one pool each, named `<model>/<namespace>/<service>`.
-Each Service is validated by the config file's own parser, so the rules are the same.
+Each Service is validated by the config file's own parser, so the rules are the same, and then
+by gateway/discovery/trust.py: which namespaces may claim which names, and the highest weight.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.discovery.sink import DiscoverySink
+from gateway.discovery.trust import ServiceTrust
 from gateway.discovery.watch import JSON
 from gateway.errors import ConfigError
 from gateway.model_table import ModelConfig, PoolConfig, parse_model
@@ -151,9 +153,12 @@ class ServiceModels:
     """The labelled Services of every watched namespace, published to the sink as models; each
     model's pools are fed endpoints by `feeds`."""
 
-    def __init__(self, sink: DiscoverySink, feeds: PoolFeeds, reserved: Collection[str]) -> None:
+    def __init__(
+        self, sink: DiscoverySink, feeds: PoolFeeds, reserved: Collection[str], trust: ServiceTrust
+    ) -> None:
         self._sink = sink
         self._feeds = feeds
+        self._trust = trust
         self._reserved = frozenset(reserved)
         self._services: dict[tuple[str, str], DiscoveredService] = {}
         self._invalid: dict[tuple[str, str], str] = {}
@@ -168,9 +173,12 @@ class ServiceModels:
         return NamespaceServices(self, namespace)
 
     def replace_namespace(self, namespace: str, objects: list[JSON]) -> None:
-        for key in [k for k in (*self._services, *self._invalid) if k[0] == namespace]:
-            self._services.pop(key, None)
-            self._invalid.pop(key, None)
+        for key in [k for k in self._services if k[0] == namespace]:
+            del self._services[key]
+        seen = {(namespace, str(_mapping(obj.get("metadata")).get("name") or "")) for obj in objects}
+        # Kept until re-taken, so a re-list (after every 410) does not repeat the same warnings.
+        for key in [k for k in self._invalid if k[0] == namespace and k not in seen]:
+            del self._invalid[key]
         for obj in objects:
             self._take(namespace, obj)
         self._publish()
@@ -187,15 +195,22 @@ class ServiceModels:
     def _take(self, namespace: str, obj: JSON) -> None:
         metadata = _mapping(obj.get("metadata"))
         key = (namespace, str(metadata.get("name") or ""))
+        self._services.pop(key, None)
         try:
-            self._services[key] = service_pool({**obj, "metadata": {**metadata, "namespace": namespace}})
-            self._invalid.pop(key, None)
+            found = service_pool({**obj, "metadata": {**metadata, "namespace": namespace}})
         except ConfigError as exc:
-            self._services.pop(key, None)
             message = f"Service {key[0]}/{key[1]} skipped: {exc}"
-            if self._invalid.get(key) != message:
-                log.warning("Kubernetes autodiscovery: %s", message)
-            self._invalid[key] = message
+        else:
+            refusal = self._trust.refusal(namespace, (found.model, *found.aliases), found.pool.weight)
+            if refusal is None:
+                self._services[key] = found
+                self._invalid.pop(key, None)
+                return
+            message = f"Service {key[0]}/{key[1]} ignored: {refusal}"
+        # Once per distinct problem of a Service, however many events repeat it.
+        if self._invalid.get(key) != message:
+            log.warning("Kubernetes autodiscovery: %s", message)
+        self._invalid[key] = message
 
     def _publish(self) -> None:
         models, warnings = build_models(self._services.values(), self._reserved)

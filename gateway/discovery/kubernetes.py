@@ -97,6 +97,7 @@ class Discovery:
         from gateway.discovery.autodiscovery import MODEL_KEY, ServiceModels
         from gateway.discovery.client import KubernetesApi
         from gateway.discovery.endpoints import EndpointWatches
+        from gateway.discovery.trust import ServiceTrust
 
         access = await self._connect()
         timing = self._options.timing
@@ -106,8 +107,16 @@ class Discovery:
             endpoints.set_pool(pool, target.namespace or access.namespace, target.service, target.port)
         if not self._settings.kubernetes_autodiscovery:
             return
-        self.models = models = ServiceModels(self._sink, endpoints, self._table.by_name().keys())
-        for namespace in self._settings.kubernetes_namespaces or (access.namespace,):
+        trust = ServiceTrust(
+            own_namespace=access.namespace,
+            model_namespaces=self._settings.kubernetes_model_namespaces,
+            max_weight=self._settings.kubernetes_max_weight,
+        )
+        watched = self._settings.kubernetes_namespaces or (access.namespace,)
+        for warning in trust.start_warnings(watched):
+            log.warning("Kubernetes autodiscovery: %s", warning)
+        self.models = models = ServiceModels(self._sink, endpoints, self._table.by_name().keys(), trust)
+        for namespace in watched:
             watch = ListWatch(api.services(namespace, MODEL_KEY), models.store(namespace), timing)
             self.service_watches[namespace] = watch
             self._service_tasks.append(

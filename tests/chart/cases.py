@@ -42,6 +42,17 @@ ODD_NAMES: dict[str, Any] = {
     "gateway": {"discovery": {"namespaces": ["extra-ns"]}},
 }
 
+AUTODISCOVERY: dict[str, Any] = {
+    "gateway": {
+        "discovery": {
+            "autodiscovery": True,
+            "namespaces": ["team-a"],
+            "modelNamespaces": {"team-a/*": ["team-a"], "llama": ["shared-llm", "canary"], "*": ["team-a"]},
+            "maxWeight": 10,
+        }
+    },
+}
+
 KEDA: dict[str, Any] = {
     "keda": {"prometheus": {"serverAddress": PROMETHEUS}},
     "models": [
@@ -92,4 +103,5 @@ CASES: dict[str, tuple[tuple[Path, ...], dict[str, Any] | None]] = {
     "autoscaling": ((), {"gateway": {"autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 6}}}),
     "keda": ((), KEDA),
     "odd-names": ((), ODD_NAMES),
+    "autodiscovery-allow-list": ((), AUTODISCOVERY),
 }

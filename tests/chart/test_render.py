@@ -10,7 +10,8 @@ import kubernetes_validate  # type: ignore[import-untyped]  # ships no type info
 import pytest
 import yaml
 
-from tests.chart.cases import CASES, KEDA, ODD_NAMES
+from gateway.config import Settings
+from tests.chart.cases import AUTODISCOVERY, CASES, KEDA, ODD_NAMES
 from tests.chart.conftest import (
     CHART,
     NAMESPACE,
@@ -132,6 +133,23 @@ def test_one_role_per_watched_namespace(render: Renderer) -> None:
     assert {b["metadata"]["namespace"] for b in result.of_kind("RoleBinding")} == namespaces
     env = gateway_env(result)
     assert set(env["SLUICEGATE_KUBERNETES_NAMESPACES"]["value"].split(",")) == namespaces
+
+
+def test_autodiscovery_allow_list_reaches_the_gateway_and_its_namespaces_are_watched(
+    render: Renderer,
+) -> None:
+    result = rendered(render, values=AUTODISCOVERY)
+    env = gateway_env(result)
+    settings = Settings.from_env({name: e["value"] for name, e in env.items() if "value" in e})
+    assert dict(settings.kubernetes_model_namespaces) == {
+        "*": ("team-a",),
+        "llama": ("shared-llm", "canary"),
+        "team-a/*": ("team-a",),
+    }
+    assert settings.kubernetes_max_weight == 10.0
+    watched = {NAMESPACE, "team-a", "shared-llm", "canary"}
+    assert set(settings.kubernetes_namespaces) == watched
+    assert {r["metadata"]["namespace"] for r in result.of_kind("Role")} == watched
 
 
 def test_no_discovery_means_no_rbac_and_no_api_token(render: Renderer) -> None:

@@ -121,6 +121,18 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
         "at '/models/0/engine'",
     ),
     "misspelt key": ({"gateway": {"replica": 3}}, "additional properties 'replica' not allowed"),
+    "allow-list model pattern": (
+        {"gateway": {"discovery": {"modelNamespaces": {"a*b": ["team-a"]}}}},
+        "at '/gateway/discovery/modelNamespaces': additional properties 'a*b' not allowed",
+    ),
+    "allow-list without a namespace": (
+        {"gateway": {"discovery": {"modelNamespaces": {"llama": []}}}},
+        "at '/gateway/discovery/modelNamespaces/llama'",
+    ),
+    "weight cap zero": (
+        {"gateway": {"discovery": {"maxWeight": 0}}},
+        "at '/gateway/discovery/maxWeight'",
+    ),
     "bad model name": (
         {"models": [{**VLLM, "name": "has space"}]},
         "at '/models/0/name'",

@@ -83,11 +83,19 @@ async def discovering(
     namespaces: tuple[str, ...] = (),
     timing: Timing = FAST,
     kubeconfig: Path | None = None,
+    model_namespaces: str = "",
 ) -> AsyncIterator[tuple[Discovery, RecordingSink]]:
+    """Discovery of `table` (and with `autodiscovery`, of labelled Services) with the gateway's own
+    namespace `llm`; `model_namespaces` is SLUICEGATE_KUBERNETES_MODEL_NAMESPACES."""
     if kubeconfig is None:
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
-    settings = Settings(
-        kubeconfig=str(kubeconfig), kubernetes_autodiscovery=autodiscovery, kubernetes_namespaces=namespaces
+    settings = Settings.from_env(
+        {
+            "KUBECONFIG": str(kubeconfig),
+            "SLUICEGATE_KUBERNETES_AUTODISCOVERY": str(autodiscovery).lower(),
+            "SLUICEGATE_KUBERNETES_NAMESPACES": ",".join(namespaces),
+            "SLUICEGATE_KUBERNETES_MODEL_NAMESPACES": model_namespaces,
+        }
     )
     sink = RecordingSink()
     options = DiscoveryOptions(timing=timing, environ={}, service_account_dir=str(tmp_path / "no-sa"))

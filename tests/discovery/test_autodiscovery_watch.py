@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gateway.discovery.kubernetes import Discovery
 from gateway.model_table import KubernetesTarget, ModelConfig, ModelTable, PoolConfig
 from tests.discovery.fake_apiserver import FakeApiServer
 from tests.discovery.harness import discovering, run_with_apiserver
@@ -11,6 +12,7 @@ from tests.discovery.objects import endpoint, endpoint_slice, service
 from tests.waiting import eventually
 
 SERVICES = "services"
+MODEL = "sluicegate.io/model"
 SLICES = "endpointslices"
 EMPTY = ModelTable(())
 
@@ -132,11 +134,13 @@ def test_a_label_removed_removes_the_model_and_namespaces_are_watched(
         server.put(SERVICES, service("llm", "three", model_label="three"))  # not watched
         server.put(SLICES, endpoint_slice("team-b", "two-x", "two", [endpoint("10.2.0.1")]))
         async with discovering(
-            server, tmp_path, EMPTY, autodiscovery=True, namespaces=("team-a", "team-b")
-        ) as (
-            _,
-            sink,
-        ):
+            server,
+            tmp_path,
+            EMPTY,
+            autodiscovery=True,
+            namespaces=("team-a", "team-b"),
+            model_namespaces="*=team-a,team-b",
+        ) as (_, sink):
             await eventually(lambda: set(sink.models) == {"one", "two"}, "both namespaces")
             await eventually(
                 lambda: sink.endpoints.get("two/team-b/two") == ["http://10.2.0.1:8000"], "endpoints"
@@ -153,3 +157,111 @@ def test_a_label_removed_removes_the_model_and_namespaces_are_watched(
             await eventually(lambda: set(sink.models) == {"four"}, "state after the re-list")
 
     run_with_apiserver(scenario, all_logs)
+
+
+def test_a_service_claims_a_model_only_from_its_allowed_namespaces_and_weight(
+    tmp_path: Path, all_logs: list[str]
+) -> None:
+    """Issue 11: whoever may create a Service in a watched namespace must not capture another
+    team's prompts by labelling a Service with that team's model (or alias) and a huge weight."""
+    table = ModelTable((ModelConfig(name="static", endpoints=("http://127.0.0.1:9",)),))
+    allow = "shared=team-a;team-b/*=team-b;static=team-a"
+
+    async def scenario(server: FakeApiServer) -> None:
+        server.put(SERVICES, service("team-a", "shared", model_label="shared"))
+        # team-b registers team-a's model with a weight that would take nearly all its traffic.
+        hijack = {"sluicegate.io/weight": "99"}
+        server.put(SERVICES, service("team-b", "hijack", model_label="shared", annotations=hijack))
+        server.put(SERVICES, service("team-b", "own", model_label="x", annotations={MODEL: "team-b/x"}))
+        server.put(SERVICES, service("team-a", "prefix", model_label="y", annotations={MODEL: "team-b/y"}))
+        # An alias is a name clients send too: team-a may not claim the gateway namespace's "local".
+        grab = {"sluicegate.io/aliases": "local"}
+        server.put(SERVICES, service("team-a", "alias-grab", model_label="shared", annotations=grab))
+        server.put(SERVICES, service("llm", "local", model_label="local"))  # no entry: own namespace
+        server.put(SERVICES, service("team-a", "unlisted", model_label="other"))
+        heavy = {"sluicegate.io/weight": "1000"}
+        server.put(SERVICES, service("team-a", "heavy", model_label="shared", annotations=heavy))
+        # Allowed by the list, yet a config-file model never takes a discovered pool.
+        server.put(SERVICES, service("team-a", "shadow", model_label="static"))
+        async with discovering(
+            server,
+            tmp_path,
+            table,
+            autodiscovery=True,
+            namespaces=("llm", "team-a", "team-b"),
+            model_namespaces=allow,
+        ) as (discovery, sink):
+            await eventually(lambda: listed(discovery, 3), "every namespace listed")
+            assert {name: [p.name for p in m.pools] for name, m in sink.models.items()} == {
+                "shared": ["shared/team-a/shared"],
+                "team-b/x": ["team-b/x/team-b/own"],
+                "local": ["local/llm/local"],
+            }
+            assert sink.models["shared"].aliases == ()
+
+            # An event storm on a refused Service, and a 410 re-list: still one warning for it.
+            for n in range(5):
+                touched = {**hijack, "note": str(n)}
+                server.put(SERVICES, service("team-b", "hijack", model_label="shared", annotations=touched))
+            lists = len(server.lists(SERVICES))
+            await server.go_down()
+            server.compact()
+            await server.come_back()
+            await eventually(lambda: len(server.lists(SERVICES)) >= lists + 3, "every namespace re-listed")
+            # The last event of team-b's watch seen: the storm before it was too.
+            own = service(
+                "team-b", "own", model_label="x", annotations={MODEL: "team-b/x", "sluicegate.io/weight": "2"}
+            )
+            server.put(SERVICES, own)
+            await eventually(lambda: sink.models["team-b/x"].pools[0].weight == 2.0, "team-b's last event")
+            # A refused Service that comes within the cap is believed from then on.
+            server.put(
+                SERVICES,
+                service("team-a", "heavy", model_label="shared", annotations={"sluicegate.io/weight": "100"}),
+            )
+            await eventually(
+                lambda: len(sink.models["shared"].pools) == 2, "the heavy Service within the cap"
+            )
+            assert "team-b/shared/team-b/hijack" not in {p.name for p in sink.models["shared"].pools}
+        warnings = [line for line in all_logs if " WARNING " in line and "autodiscovery" in line]
+
+        def about(service_name: str) -> list[str]:
+            return [w for w in warnings if f"Service {service_name} ignored" in w]
+
+        assert len(about("team-b/hijack")) == 1
+        assert "model 'shared' may be served only from namespace team-a" in about("team-b/hijack")[0]
+        assert "team-b/y" in about("team-a/prefix")[0]
+        assert "alias 'local' may be served only from namespace llm" in about("team-a/alias-grab")[0]
+        assert "SLUICEGATE_KUBERNETES_MODEL_NAMESPACES" in about("team-a/unlisted")[0]
+        assert len(about("team-a/heavy")) == 1
+        assert "SLUICEGATE_KUBERNETES_MAX_WEIGHT (100)" in about("team-a/heavy")[0]
+        assert [w for w in warnings if "team-a/shadow" in w and "config file" in w]
+
+    run_with_apiserver(scenario, all_logs)
+
+
+def test_watching_a_namespace_no_entry_names_is_said_at_start(tmp_path: Path, all_logs: list[str]) -> None:
+    """A namespace watched before the allow-list existed: its Services stop counting, not silently."""
+
+    async def scenario(server: FakeApiServer) -> None:
+        server.put(SERVICES, service("team-a", "one", model_label="one"))
+        server.put(SERVICES, service("llm", "two", model_label="two"))
+        async with discovering(server, tmp_path, EMPTY, autodiscovery=True, namespaces=("llm", "team-a")) as (
+            discovery,
+            sink,
+        ):
+            await eventually(lambda: listed(discovery, 2), "both namespaces listed")
+            assert set(sink.models) == {"two"}
+        assert [
+            line
+            for line in all_logs
+            if " WARNING " in line
+            and "namespace team-a is watched but no SLUICEGATE_KUBERNETES_MODEL_NAMESPACES entry" in line
+        ]
+
+    run_with_apiserver(scenario, all_logs)
+
+
+def listed(discovery: Discovery, namespaces: int) -> bool:
+    watches = discovery.service_watches
+    return len(watches) == namespaces and all(watch.in_sync for watch in watches.values())

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from gateway.config import Settings
 from gateway.discovery.autodiscovery import DiscoveredService, build_models, service_pool
 from gateway.discovery.endpoints import endpoint_urls
+from gateway.discovery.trust import ServiceTrust
 from gateway.discovery.watch import Backoff
 from gateway.errors import ConfigError
 from gateway.model_table import KubernetesTarget, PoolConfig
@@ -117,6 +119,47 @@ def test_the_port_of_a_service(
 def test_invalid_services_are_config_errors(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         service_pool(_svc(**kwargs))
+
+
+def test_the_model_namespaces_and_weight_cap_settings() -> None:
+    settings = Settings.from_env(
+        {
+            "SLUICEGATE_KUBERNETES_MODEL_NAMESPACES": " llama=team-a, team-b ; team-b/*=team-b;*=shared;",
+            "SLUICEGATE_KUBERNETES_MAX_WEIGHT": "250",
+        }
+    )
+    assert settings.kubernetes_max_weight == 250.0
+    trust = ServiceTrust("gw", settings.kubernetes_model_namespaces, settings.kubernetes_max_weight)
+    assert trust.allowed_namespaces("llama") == ("team-a", "team-b")
+    assert trust.allowed_namespaces("team-b/x") == ("team-b",)  # the longer pattern wins
+    assert trust.allowed_namespaces("other") == ("shared",)
+    assert trust.refusal("team-b", ["llama", "team-b/alias"], 250) is None
+    assert trust.refusal("team-b", ["llama", "team-b/alias"], 251) is not None
+    defaults = Settings.from_env({})
+    assert defaults.kubernetes_max_weight == 100.0
+    unlisted = ServiceTrust("gw", defaults.kubernetes_model_namespaces, defaults.kubernetes_max_weight)
+    assert unlisted.refusal("gw", ["any"], 100) is None
+    assert unlisted.refusal("team-a", ["any"], 1) is not None
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES", "llama"),
+        ("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES", "llama="),
+        ("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES", "=team-a"),
+        ("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES", "llama=Team_A"),
+        ("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES", "bad model=team-a"),
+        ("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES", "a*b=team-a"),
+        ("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES", "llama=a;llama=b"),
+        ("SLUICEGATE_KUBERNETES_MAX_WEIGHT", "heavy"),
+        ("SLUICEGATE_KUBERNETES_MAX_WEIGHT", "0"),
+        ("SLUICEGATE_KUBERNETES_MAX_WEIGHT", "inf"),
+    ],
+)
+def test_a_bad_allow_list_or_weight_cap_stops_the_start(name: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{name}: "):
+        Settings.from_env({name: value})
 
 
 def _found(model: str, name: str, aliases: tuple[str, ...] = (), namespace: str = "llm") -> DiscoveredService:

@@ -164,6 +164,9 @@ plus what templates derive from it: {"models": [ {..., "_slug", "_resourceName",
 {{- end -}}
 {{- if .Values.gateway.discovery.autodiscovery -}}
 {{- $ns = append $ns .Release.Namespace -}}
+{{- range $model, $allowed := .Values.gateway.discovery.modelNamespaces -}}
+{{- $ns = concat $ns $allowed -}}
+{{- end -}}
 {{- end -}}
 {{- $ns = concat $ns .Values.gateway.discovery.namespaces -}}
 {{- toJson (uniq $ns) -}}
