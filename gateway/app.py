@@ -28,7 +28,7 @@ from gateway.admin.models import admin_model_routes
 from gateway.admin.routes import admin_routes
 from gateway.config import ModelTable, Settings
 from gateway.discovery.kubernetes import start_discovery
-from gateway.edge import api
+from gateway.edge import api, openapi
 from gateway.edge.middleware import RequestContextMiddleware
 from gateway.errors import ErrorCode, GatewayError, from_http_status
 from gateway.keys.auth import Authenticator
@@ -181,6 +181,7 @@ def create_app(
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
+        openapi.route(),
     ]
     return Starlette(
         routes=routes,

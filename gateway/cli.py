@@ -7,6 +7,7 @@ work the same against a laptop demo and a cluster.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -34,24 +35,20 @@ def load_table(settings: Settings, path: str | None = None) -> ModelTable:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
 
     from gateway.app import create_app
+    from gateway.edge.server import uvicorn_config
     from gateway.observability.logs import configure_logging
 
     settings = Settings.from_env()
     table = load_table(settings)
     configure_logging(settings.log_level)
-    uvicorn.run(
-        create_app(settings, table),
-        host=settings.host,
-        port=settings.port,
-        http="httptools",
-        loop="uvloop",
-        access_log=False,
-        log_config=None,
-        timeout_graceful_shutdown=30,
-    )
-    return 0
+    server = uvicorn.Server(uvicorn_config(create_app(settings, table), settings))
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    # As uvicorn.run: a gateway that never started (port taken, failed startup) is a failure.
+    return 0 if server.started else STARTUP_FAILURE
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 _NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+MIN_ADMIN_TOKEN_LENGTH = 32
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     config_path: str | None = None
     admin_token: str | None = None
+    # Wrong admin tokens from one address before it is locked out (gateway/admin/throttle.py).
+    admin_max_failures: int = 10
     host: str = "0.0.0.0"
     port: int = 8080
     max_body_bytes: int = 10 * 1024 * 1024
@@ -119,15 +122,23 @@ class Settings:
             n.strip() for n in (env.get("SLUICEGATE_KUBERNETES_NAMESPACES") or "").split(",") if n.strip()
         )
         for namespace in namespaces:
-            if not _NAMESPACE_RE.match(namespace):
+            if not _NAMESPACE_RE.fullmatch(namespace):
                 raise ConfigError(f"SLUICEGATE_KUBERNETES_NAMESPACES: not a namespace name: {namespace!r}")
         port = number("SLUICEGATE_PORT", defaults.port, int)
         if port > 65535:
             raise ConfigError(f"SLUICEGATE_PORT: not a TCP port: {port}")
+        admin_token = env.get("SLUICEGATE_ADMIN_TOKEN") or None
+        # Short enough to guess is short enough to be guessed; the message never shows the value.
+        if admin_token is not None and len(admin_token) < MIN_ADMIN_TOKEN_LENGTH:
+            raise ConfigError(
+                f"SLUICEGATE_ADMIN_TOKEN: must be at least {MIN_ADMIN_TOKEN_LENGTH} characters, "
+                f"got {len(admin_token)} (e.g. `openssl rand -hex 24`)"
+            )
         return cls(
             redis_url=redis_url,
             config_path=env.get("SLUICEGATE_CONFIG") or None,
-            admin_token=env.get("SLUICEGATE_ADMIN_TOKEN") or None,
+            admin_token=admin_token,
+            admin_max_failures=number("SLUICEGATE_ADMIN_MAX_FAILURES", defaults.admin_max_failures, int),
             host=env.get("SLUICEGATE_HOST") or defaults.host,
             port=port,
             max_body_bytes=number("SLUICEGATE_MAX_BODY_BYTES", defaults.max_body_bytes, int),

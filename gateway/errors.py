@@ -7,9 +7,12 @@
         403 model_not_allowed, admin_disabled
         404 model_not_found, not_found, team_not_found, key_not_found
         405 method_not_allowed
+        408 request_timeout           (the request body did not arrive in time)
         409 team_exists
         413 request_too_large
-        429 rate_limit_exceeded, insufficient_quota (a token budget is spent)
+        429 rate_limit_exceeded, insufficient_quota (a token budget is spent),
+            admin_throttled (too many wrong admin tokens from one address)
+        431 headers_too_large         (the request line and headers, refused below the app)
         4xx worker_rejected           (a worker refused the request: its status, our envelope)
         499 (no body)                 (the client left: only in our own logs and metrics)
         500 internal_error            (a bug: logged, never a client's fault)
@@ -50,10 +53,13 @@ class ErrorCode(enum.Enum):
     TEAM_NOT_FOUND = ("team_not_found", 404, "not_found_error")
     KEY_NOT_FOUND = ("key_not_found", 404, "not_found_error")
     METHOD_NOT_ALLOWED = ("method_not_allowed", 405, "invalid_request_error")
+    REQUEST_TIMEOUT = ("request_timeout", 408, "invalid_request_error")
     TEAM_EXISTS = ("team_exists", 409, "invalid_request_error")
     REQUEST_TOO_LARGE = ("request_too_large", 413, "invalid_request_error")
+    HEADERS_TOO_LARGE = ("headers_too_large", 431, "invalid_request_error")
     RATE_LIMIT_EXCEEDED = ("rate_limit_exceeded", 429, "rate_limit_error")
     INSUFFICIENT_QUOTA = ("insufficient_quota", 429, "insufficient_quota")
+    ADMIN_THROTTLED = ("admin_throttled", 429, "rate_limit_error")
     INTERNAL_ERROR = ("internal_error", 500, "server_error")
     # A worker refused the request (4xx): the client gets the worker's status (WorkerRejected).
     WORKER_REJECTED = ("worker_rejected", 400, "invalid_request_error")

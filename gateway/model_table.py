@@ -28,13 +28,16 @@ POLICY_NAMES = ("least_outstanding", "least_loaded", "session_affinity")
 
 @dataclass(frozen=True)
 class Timeouts:
-    """Seconds. `first_token` covers connect-to-first-event of a stream; `total` bounds a
-    non-streaming answer, which arrives only when generation has finished."""
+    """Seconds. `first_token` covers connect-to-first-output of a stream, `idle` the gap between
+    its outputs (comments and role-only deltas are not output), `stream_total` a whole stream from
+    the worker's head; `total` bounds a non-streaming answer, which arrives only when generation
+    has finished."""
 
     connect: float = 2.0
     first_token: float = 60.0
     idle: float = 30.0
     total: float = 600.0
+    stream_total: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,10 @@ class RoutingConfig:
 
 @dataclass(frozen=True)
 class HealthConfig:
-    failures_to_eject: int = 3  # consecutive connect errors, 5xx or timeouts
+    failures_to_eject: int = 3  # consecutive failures (see gateway.routing.health for which count)
+    # Distinct teams whose requests must be among those failures when every one of them was a 5xx
+    # or a timeout, which one team can provoke with its own requests (1: any team alone ejects).
+    teams_to_eject: int = 2
     ejection_base: float = 2.0  # seconds; doubles with each ejection in a row
     ejection_max: float = 60.0
     probe_interval: float = 5.0  # active GET /health, and the load scrape of least_loaded
@@ -162,7 +168,7 @@ def _require_mapping(value: Any, where: str, *, allowed: set[str]) -> None:
 
 
 def _model_name(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not MODEL_NAME_RE.match(value):
+    if not isinstance(value, str) or not MODEL_NAME_RE.fullmatch(value):
         raise ConfigError(
             f"{where}: expected a model name (letters, digits and ._:/@+-, at most 128 characters)"
         )
@@ -255,7 +261,7 @@ def _parse_pools(raw: Any, where: str, model_name: str) -> tuple[PoolConfig, ...
         at = f"{where}[{i}]"
         _require_mapping(entry, at, allowed={"name", "weight", "upstream_model"} | _TARGET_FIELDS)
         pool_name = entry.get("name")
-        if not isinstance(pool_name, str) or not _K8S_NAME_RE.match(pool_name):
+        if not isinstance(pool_name, str) or not _K8S_NAME_RE.fullmatch(pool_name):
             raise ConfigError(f"{at}.name: required, lower-case letters, digits and '-'")
         weight = _number(entry.get("weight", 1), f"{at}.weight")
         given = [k for k in _TARGET_FIELDS if k in entry]
@@ -282,14 +288,15 @@ def _parse_discovery(raw: Any, where: str) -> KubernetesTarget:
     at = f"{where}.kubernetes"
     _require_mapping(k8s, at, allowed={"namespace", "service", "port"})
     service = k8s.get("service")
-    if not isinstance(service, str) or not _K8S_NAME_RE.match(service):
+    if not isinstance(service, str) or not _K8S_NAME_RE.fullmatch(service):
         raise ConfigError(f"{at}.service: required, a Service name")
     namespace = k8s.get("namespace")
-    if namespace is not None and (not isinstance(namespace, str) or not _K8S_NAME_RE.match(namespace)):
+    if namespace is not None and (not isinstance(namespace, str) or not _K8S_NAME_RE.fullmatch(namespace)):
         raise ConfigError(f"{at}.namespace: expected a namespace name")
     port = k8s.get("port", "http")
     if isinstance(port, bool) or not (
-        (isinstance(port, int) and 0 < port < 65536) or (isinstance(port, str) and _PORT_NAME_RE.match(port))
+        (isinstance(port, int) and 0 < port < 65536)
+        or (isinstance(port, str) and _PORT_NAME_RE.fullmatch(port))
     ):
         raise ConfigError(f"{at}.port: expected a port name or number")
     return KubernetesTarget(service=service, namespace=namespace, port=port)
@@ -323,7 +330,7 @@ def _number(value: Any, where: str, *, whole: bool = False) -> Any:
 
 
 def _parse_timeouts(raw: Any, where: str) -> Timeouts:
-    _require_mapping(raw, where, allowed={"connect", "first_token", "idle", "total"})
+    _require_mapping(raw, where, allowed={"connect", "first_token", "idle", "total", "stream_total"})
     return Timeouts(**{key: _number(value, f"{where}.{key}") for key, value in raw.items()})
 
 
@@ -344,13 +351,18 @@ def _parse_routing(raw: Any, where: str) -> RoutingConfig:
     return RoutingConfig(**values)
 
 
+_WHOLE_HEALTH_FIELDS = frozenset({"failures_to_eject", "teams_to_eject"})
+
+
 def _parse_health(raw: Any, where: str) -> HealthConfig:
     _require_mapping(
-        raw, where, allowed={"failures_to_eject", "ejection_base", "ejection_max", "probe_interval"}
+        raw,
+        where,
+        allowed={"failures_to_eject", "teams_to_eject", "ejection_base", "ejection_max", "probe_interval"},
     )
     values: dict[str, Any] = {}
     for key, value in raw.items():
-        values[key] = _number(value, f"{where}.{key}", whole=key == "failures_to_eject")
+        values[key] = _number(value, f"{where}.{key}", whole=key in _WHOLE_HEALTH_FIELDS)
     health = HealthConfig(**values)
     if health.ejection_max < health.ejection_base:
         raise ConfigError(f"{where}.ejection_max: must be at least ejection_base")

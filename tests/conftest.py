@@ -159,7 +159,7 @@ def session_log() -> Iterator[SessionLog]:
 def _gateway_factory(redis_url: str, worker_url: str, session_log: SessionLog) -> GatewayFactory:
     @contextlib.contextmanager
     def factory(table: ModelTable | None = None, **overrides: Any) -> Iterator[Gateway]:
-        admin_token = "adm-" + secrets.token_urlsafe(16)
+        admin_token = "adm-" + secrets.token_urlsafe(32)
         sock = listening_socket()
         fields: dict[str, Any] = {
             "redis_url": redis_url,
@@ -173,7 +173,7 @@ def _gateway_factory(redis_url: str, worker_url: str, session_log: SessionLog) -
         }
         settings = Settings(**{**fields, **overrides})
         app = create_app(settings, table or default_table(worker_url))
-        with run_uvicorn(app, sock=sock) as url:
+        with run_uvicorn(app, sock=sock, settings=settings) as url:
             gw = Gateway(
                 url=url, admin_token=admin_token, settings=settings, secrets_created=session_log.secrets
             )

@@ -15,6 +15,9 @@ from typing import Any
 
 import uvicorn
 
+from gateway.config import Settings
+from gateway.edge.server import uvicorn_config
+
 
 def free_port() -> int:
     """A port free now, for servers started as other processes (it may be taken by the time they
@@ -34,23 +37,23 @@ def listening_socket() -> socket.socket:
 
 
 @contextlib.contextmanager
-def run_uvicorn(app: Any, *, sock: socket.socket | None = None, timeout_s: float = 10.0) -> Iterator[str]:
-    """Serve `app` with uvicorn in a background thread; yield its base URL; stop it on exit."""
+def run_uvicorn(
+    app: Any,
+    *,
+    sock: socket.socket | None = None,
+    timeout_s: float = 10.0,
+    settings: Settings | None = None,
+) -> Iterator[str]:
+    """Serve `app` with uvicorn in a background thread; yield its base URL; stop it on exit.
+
+    The server is configured as `sluicegate serve` configures it (the connection bounds of
+    `settings`, default ones unless given), on asyncio rather than uvloop."""
     sock = sock or listening_socket()
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        # No log config of uvicorn's own: its records reach the root logger, where tests read them.
-        log_config=None,
-        access_log=False,
-        lifespan="on",
-        loop="asyncio",
-        http="httptools",
-        timeout_graceful_shutdown=2,
-    )
+    settings = settings or Settings()
+    # No log config of uvicorn's own (uvicorn_config): its records reach the root logger, where
+    # tests read them.
+    config = uvicorn_config(app, settings, loop="asyncio", graceful_shutdown_s=2, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.types import Scope
 
+from gateway.admin.throttle import AdminThrottle
 from gateway.config import Settings
 from gateway.keys.auth import Authenticator
 from gateway.keys.store import KeyStore
 from gateway.metering.meter import Meter
+from gateway.proxy.forwarding import trusted_networks
 from gateway.routing.router import Router
 
 
@@ -20,6 +22,14 @@ class AdminDeps:
     auth: Authenticator  # to forget cached keys at once on revoke and update
     meter: Meter  # usage reports
     router: Router  # models, pools and endpoints
+    # Failed admin-token attempts per client address: one per app, so built here from the settings.
+    throttle: AdminThrottle = field(init=False)
+
+    def __post_init__(self) -> None:
+        throttle = AdminThrottle(
+            trusted_networks(self.settings.trusted_proxies), max_failures=self.settings.admin_max_failures
+        )
+        object.__setattr__(self, "throttle", throttle)
 
     @staticmethod
     def of(scope: Scope) -> AdminDeps:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import datetime as dt
+import hashlib
 import hmac
 import io
+import logging
+import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,6 +20,7 @@ from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Message, Receive
 
 from gateway.admin.deps import AdminDeps
 from gateway.config import MODEL_NAME_RE
@@ -22,9 +28,11 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.auth import bearer_token
 from gateway.keys.store import TEAM_NAME_RE, TeamNotFoundError
 from gateway.limits.spec import LimitSet, parse_limits
+from gateway.observability.logs import loggable
 from gateway.proxy.pipeline import read_body
 
 _ADMIN_BODY_LIMIT = 64 * 1024
+log = logging.getLogger("sluicegate.admin")
 Handler = Callable[[Request, AdminDeps], Awaitable[Response]]
 
 
@@ -41,9 +49,11 @@ def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
                 ErrorCode.ADMIN_DISABLED,
                 "The admin API is disabled: start the gateway with SLUICEGATE_ADMIN_TOKEN set.",
             )
-        given = bearer_token(request.headers) or ""
-        if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise GatewayError(ErrorCode.ADMIN_UNAUTHORIZED, "Missing or wrong admin token.")
+        _check_admin_token(request, deps, expected)
+        # The body first, bounded by the client's body timeout: a slow client is not a Redis
+        # outage. Handlers then read it again from memory.
+        body = await read_body(request, _ADMIN_BODY_LIMIT, deps.settings.body_timeout_s)
+        request = Request(request.scope, _replay(body, request.receive))
         try:
             # Admin calls make a few Redis round trips; bound them together.
             async with asyncio.timeout(4 * deps.settings.redis_timeout_s):
@@ -56,8 +66,53 @@ def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     return endpoint
 
 
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body already read, once; after it, the connection's own messages (a disconnect)."""
+    pending = [body]
+
+    async def replay() -> Message:
+        if pending:
+            return {"type": "http.request", "body": pending.pop(), "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _check_admin_token(request: Request, deps: AdminDeps, expected: str) -> None:
+    """Constant-time comparison, and an address that keeps guessing is locked out for a while:
+    even the right token gets 429 then, so a lockout tells a guesser nothing."""
+    throttle = deps.throttle
+    address = throttle.address(request.scope)
+    retry_after = throttle.retry_after(address)
+    if retry_after is not None:
+        raise GatewayError(
+            ErrorCode.ADMIN_THROTTLED,
+            f"Too many wrong admin tokens from this address; try again in {retry_after} s.",
+            headers={"retry-after": str(retry_after)},
+        )
+    given = bearer_token(request.headers) or ""
+    # Digests of both, so not even the token's length shows in the comparison's time.
+    if hmac.compare_digest(_digest(given), _digest(expected)):
+        throttle.succeeded(address)
+        return
+    throttle.failed(address)
+    path = request.url.path
+    # Never the presented value: it may be the real token with a typo.
+    log.warning(
+        "admin token rejected: peer=%s path=%s presented=%s",
+        address or "-",
+        loggable(path),
+        "yes" if given else "no",
+    )
+    raise GatewayError(ErrorCode.ADMIN_UNAUTHORIZED, "Missing or wrong admin token.")
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
 async def _json_body(request: Request) -> dict[str, Any]:
-    raw = await read_body(request, _ADMIN_BODY_LIMIT)
+    raw = await read_body(request, _ADMIN_BODY_LIMIT, AdminDeps.of(request.scope).settings.body_timeout_s)
     try:
         body = orjson.loads(raw or b"{}")
     except orjson.JSONDecodeError:
@@ -68,7 +123,7 @@ async def _json_body(request: Request) -> dict[str, Any]:
 
 
 def _team_name(value: Any, param: str = "team") -> str:
-    if not isinstance(value, str) or not TEAM_NAME_RE.match(value):
+    if not isinstance(value, str) or not TEAM_NAME_RE.fullmatch(value):
         raise GatewayError(
             ErrorCode.INVALID_REQUEST,
             f"'{param}' must be 1-63 characters of lowercase letters, digits, '-' and '_', "
@@ -126,7 +181,7 @@ async def create_key(request: Request, deps: AdminDeps) -> Response:
     if models is not None and (
         not isinstance(models, list)
         or not models
-        or not all(isinstance(m, str) and MODEL_NAME_RE.match(m) for m in models)
+        or not all(isinstance(m, str) and MODEL_NAME_RE.fullmatch(m) for m in models)
     ):
         raise GatewayError(
             ErrorCode.INVALID_REQUEST,
@@ -142,23 +197,30 @@ async def create_key(request: Request, deps: AdminDeps) -> Response:
 
 
 def _expiry(value: Any) -> float | None:
-    """`expires_at`: Unix seconds, or an ISO 8601 date or time (UTC unless it says otherwise)."""
+    """`expires_at`: Unix seconds, or an ISO 8601 date or time (UTC unless it says otherwise), in
+    the future: a time already past would only make a key that never works."""
     if value is None:
         return None
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    if isinstance(value, str):
-        try:
-            when = dt.datetime.fromisoformat(value)
-        except ValueError:
-            pass
-        else:
-            return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
-    raise GatewayError(
-        ErrorCode.INVALID_REQUEST,
-        "'expires_at' must be Unix seconds or an ISO 8601 date/time such as 2026-12-31T00:00:00Z.",
-        param="expires_at",
-    )
+    when: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        when = float(value)
+    elif isinstance(value, str):
+        with contextlib.suppress(ValueError, OverflowError):
+            parsed = dt.datetime.fromisoformat(value)
+            when = (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)).timestamp()
+    if when is None or not math.isfinite(when):
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST,
+            "'expires_at' must be Unix seconds or an ISO 8601 date/time such as 2026-12-31T00:00:00Z.",
+            param="expires_at",
+        )
+    if when <= time.time():
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST,
+            "'expires_at' is in the past: a key must expire in the future.",
+            param="expires_at",
+        )
+    return when
 
 
 async def list_keys(request: Request, deps: AdminDeps) -> Response:
@@ -221,14 +283,24 @@ async def usage(request: Request, deps: AdminDeps) -> Response:
 
 
 def admin_routes() -> list[Route]:
+    # One Route per path: Starlette answers a wrong method with 405 from the first Route whose
+    # path matches, so split Routes would name only their own methods in `Allow`.
     return [
-        Route("/admin/v1/teams", guarded(create_team), methods=["POST"]),
-        Route("/admin/v1/teams", guarded(list_teams), methods=["GET"]),
-        Route("/admin/v1/teams/{team}", guarded(update_team), methods=["PATCH"]),
-        Route("/admin/v1/keys", guarded(create_key), methods=["POST"]),
-        Route("/admin/v1/keys", guarded(list_keys), methods=["GET"]),
-        Route("/admin/v1/keys/{key_id}", guarded(revoke_key), methods=["DELETE"]),
-        Route("/admin/v1/keys/{key_id}", guarded(update_key), methods=["PATCH"]),
-        Route("/admin/v1/keys/{key_id}/rotate", guarded(rotate_key), methods=["POST"]),
-        Route("/admin/v1/usage", guarded(usage), methods=["GET"]),
+        _route("/admin/v1/teams", POST=create_team, GET=list_teams),
+        _route("/admin/v1/teams/{team}", PATCH=update_team),
+        _route("/admin/v1/keys", POST=create_key, GET=list_keys),
+        _route("/admin/v1/keys/{key_id}", DELETE=revoke_key, PATCH=update_key),
+        _route("/admin/v1/keys/{key_id}/rotate", POST=rotate_key),
+        _route("/admin/v1/usage", GET=usage),
     ]
+
+
+def _route(path: str, **handlers: Handler) -> Route:
+    guarded_handlers = {method: guarded(handler) for method, handler in handlers.items()}
+    if "GET" in guarded_handlers:
+        guarded_handlers["HEAD"] = guarded_handlers["GET"]
+
+    async def endpoint(request: Request) -> Response:
+        return await guarded_handlers[request.method](request)
+
+    return Route(path, endpoint, methods=list(handlers))

@@ -124,6 +124,7 @@ async def _serve_then_print(server: uvicorn.Server, banner: str) -> None:
 
 def run_demo(*, host: str, port: int) -> int:
     from gateway.app import create_app
+    from gateway.edge.server import uvicorn_config
     from gateway.observability.logs import configure_logging
 
     if not _port_is_free(host, port):
@@ -139,24 +140,14 @@ def run_demo(*, host: str, port: int) -> int:
         worker_port = EmbeddedRedis().port  # any free loopback port will do
         worker = _start_worker(worker_port)
         worker_url = f"http://127.0.0.1:{worker_port}"
-        admin_token = secrets.token_urlsafe(24)
+        admin_token = secrets.token_urlsafe(32)
         settings = Settings(redis_url=redis.url, admin_token=admin_token, host=host, port=port)
         table = ModelTable((ModelConfig(name=DEMO_MODEL, aliases=("default",), endpoints=(worker_url,)),))
         key_id, key = asyncio.run(_create_demo_key(redis.url))
         base = f"http://{host}:{port}"
         configure_logging("warning")
         banner = _banner(base, redis.url, worker_url, key, key_id, admin_token)
-        server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(settings, table),
-                host=host,
-                port=port,
-                http="httptools",
-                access_log=False,
-                log_config=None,
-                timeout_graceful_shutdown=5,
-            )
-        )
+        server = uvicorn.Server(uvicorn_config(create_app(settings, table), settings, graceful_shutdown_s=5))
         with contextlib.suppress(KeyboardInterrupt):
             # uvicorn re-raises the Ctrl-C it caught once it has shut down; that is our way out.
             asyncio.run(_serve_then_print(server, banner))

@@ -47,7 +47,7 @@ def parse_model_namespaces(raw: str) -> ModelNamespaces:
         if not sep:
             raise ConfigError(f"{MODEL_NAMESPACES_VAR}: expected model=namespace[,namespace], got {part!r}")
         stem = name[:-1] if name.endswith("*") else name
-        if stem and not MODEL_NAME_RE.match(stem):
+        if stem and not MODEL_NAME_RE.fullmatch(stem):
             raise ConfigError(f"{MODEL_NAMESPACES_VAR}: not a model name or prefix* pattern: {name!r}")
         if not name:
             raise ConfigError(f"{MODEL_NAMESPACES_VAR}: no model name before '=' in {part!r}")
@@ -57,7 +57,7 @@ def parse_model_namespaces(raw: str) -> ModelNamespaces:
         if not namespaces:
             raise ConfigError(f"{MODEL_NAMESPACES_VAR}: {name!r} lists no namespace")
         for namespace in namespaces:
-            if not _NAMESPACE_RE.match(namespace):
+            if not _NAMESPACE_RE.fullmatch(namespace):
                 raise ConfigError(f"{MODEL_NAMESPACES_VAR}: not a namespace name: {namespace!r}")
         entries.append((name, namespaces))
     return tuple(entries)

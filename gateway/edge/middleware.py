@@ -1,5 +1,6 @@
 """The one middleware: a request id on every request and response, then one access-log line and
-the request metrics once the last byte has gone (so a stream is measured whole)."""
+the request metrics once the last byte has gone (so a stream is measured whole). It also refuses,
+before routing, a path that hides a separator in percent-encoding."""
 
 from __future__ import annotations
 
@@ -8,11 +9,21 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.errors import ErrorCode, GatewayError
+from gateway.observability.logs import loggable
 from gateway.observability.metrics import UNKNOWN_MODEL, Metrics
 from gateway.proxy.context import RequestContext, client_request_id, new_request_id
 
 access_log = logging.getLogger("sluicegate.access")
 _QUIET_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
+# Routing sees the decoded path, so `/admin%2Fv1/teams` would reach `/admin/v1/teams` past an
+# ingress rule that matches the raw `/admin/`: an encoded slash or backslash is refused instead.
+_ENCODED_SEPARATORS = (b"%2f", b"%5c")
+
+
+def _hides_a_separator(raw_path: bytes) -> bool:
+    lowered = raw_path.lower()
+    return any(encoded in lowered for encoded in _ENCODED_SEPARATORS)
 
 
 class RequestContextMiddleware:
@@ -44,6 +55,12 @@ class RequestContextMiddleware:
             await send(message)
 
         try:
+            if _hides_a_separator(scope.get("raw_path") or b""):
+                refusal = GatewayError(
+                    ErrorCode.INVALID_REQUEST, "The path must not contain an encoded '/' or '\\'."
+                )
+                await refusal.response()(scope, receive, send_with_id)
+                return
             await self.app(scope, receive, send_with_id)
         finally:
             self._finish(scope, ctx)
@@ -51,8 +68,6 @@ class RequestContextMiddleware:
     def _finish(self, scope: Scope, ctx: RequestContext) -> None:
         elapsed = time.perf_counter() - ctx.started
         path: str = scope["path"]
-        # A client chooses the path: a decoded newline must not forge a log line.
-        shown = path if path.isprintable() else path.encode("unicode_escape").decode("ascii")
         status = ctx.status or 500
         if path.startswith("/v1/"):
             model = ctx.model or UNKNOWN_MODEL
@@ -68,13 +83,16 @@ class RequestContextMiddleware:
                 ctx.request_id,
                 ctx.client_request_id or "-",
                 ctx.api or "-",
-                scope["method"],
-                shown,
+                # Every value a client could have chosen is escaped: the method too, though httptools
+                # only lets known methods through, and the model, team and key id, though those
+                # are names the gateway knows.
+                loggable(scope["method"]),
+                loggable(path),
                 status,
                 elapsed * 1000,
-                ctx.model or "-",
-                ctx.team or "-",
-                ctx.key_id or "-",
+                loggable(ctx.model or "-"),
+                loggable(ctx.team or "-"),
+                loggable(ctx.key_id or "-"),
                 ctx.prompt_tokens,
                 ctx.completion_tokens,
                 ctx.outcome or "-",

@@ -32,7 +32,12 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.limits.spec import NO_LIMITS, LimitSet
 from gateway.redis import keys as redis_keys
 
+# Check with fullmatch: `.match` stops at `$`, which also matches before a trailing newline. The
+# anchors stay for the OpenAPI schema, whose patterns are unanchored searches.
 TEAM_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+# What create_key makes. Checked before an id reaches Redis, so no client-chosen id can name a
+# Redis key of another type (`<id>:retired` is a set).
+KEY_ID_RE = re.compile(r"key_[0-9a-f]{16}")
 KEY_PREFIX = "sk-sg-"
 SECRET_RE = re.compile(re.escape(KEY_PREFIX) + r"[A-Za-z0-9_-]{8,}")
 # A retired secret's record outlives its grace by this much, so late requests still get a clear
@@ -52,7 +57,12 @@ class TeamNotFoundError(GatewayError):
 
 class KeyNotFoundError(GatewayError):
     def __init__(self, key_id: str) -> None:
-        super().__init__(ErrorCode.KEY_NOT_FOUND, f"No key has the id '{key_id}'.")
+        if KEY_ID_RE.fullmatch(key_id):
+            message = f"No key has the id '{key_id}'."
+        else:
+            # Not echoed: it is not an id, and might be something the caller should not paste.
+            message = "No key has the id you gave: key ids look like key_0123456789abcdef."
+        super().__init__(ErrorCode.KEY_NOT_FOUND, message, param="key_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +239,8 @@ class KeyStore:
         return record, secret
 
     async def _current(self, key_id: str) -> tuple[str, KeyRecord]:
+        if not KEY_ID_RE.fullmatch(key_id):
+            raise KeyNotFoundError(key_id)
         secret_hash_raw = await self._redis.get(redis_keys.key_hash_by_id(key_id))
         if not secret_hash_raw:
             raise KeyNotFoundError(key_id)

@@ -96,6 +96,15 @@ class Admission:
     def error(self) -> GatewayError:
         assert self.denied_by is not None
         limit = self.denied_by.limit
+        if limit.kind is LimitKind.TOKENS and self.reservation.tokens(limit.counts) > limit.amount:
+            # No wait makes this request fit: a 429 would only send SDKs into retries.
+            return GatewayError(
+                ErrorCode.INVALID_REQUEST,
+                f"This request reserves {self.reservation.tokens(limit.counts)} tokens (its prompt and "
+                f"max_tokens for every answer), more than {limit.description} allows at once "
+                f"({limit.amount}): lower max_tokens.",
+                param="max_tokens",
+            )
         retry_after = max(1, math.ceil(self.denied_by.retry_after_s))
         headers = {"retry-after": str(retry_after)}
         if limit.kind is LimitKind.BUDGET:

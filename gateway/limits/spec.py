@@ -84,9 +84,15 @@ class LimitSet:
 NO_LIMITS = LimitSet()
 
 
+# Limits are counted in Lua numbers (doubles): past 2^53 they stop being exact integers.
+MAX_LIMIT = 2**53
+
+
 def _positive_int(value: Any, param: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise GatewayError(ErrorCode.INVALID_REQUEST, f"'{param}' must be a positive integer.", param=param)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT:
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST, f"'{param}' must be an integer from 1 to 2^53.", param=param
+        )
     return value
 
 

@@ -11,6 +11,12 @@ from gateway.keys.store import SECRET_RE
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[^\s\"',]+")
 
 
+def loggable(text: str) -> str:
+    """A client-chosen value as it may appear in a log line: a decoded newline (or any other
+    control character) escaped, so it cannot forge a line of its own."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
 def redact(text: str) -> str:
     return _BEARER_RE.sub(r"\1[redacted]", SECRET_RE.sub("sk-sg-[redacted]", text))
 

@@ -9,14 +9,27 @@ event): the work runs inline in the request's task, with no second task to hand 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
-from starlette.types import Receive
+from starlette.types import Receive, Scope
+
+# The ASGI scope extension (gateway/edge/) that aborts the client's connection at once: a server
+# without it leaves the gateway only able to stop writing.
+ABORT_EXTENSION = "sluicegate.abort"
 
 
 async def client_gone(receive: Receive) -> None:
     """Returns when the client has disconnected."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+def client_abort(scope: Scope) -> Callable[[], None] | None:
+    """What cuts this client's connection, when the server offers it."""
+    extensions: Any = scope.get("extensions")
+    abort = extensions.get(ABORT_EXTENSION) if isinstance(extensions, dict) else None
+    return abort if callable(abort) else None
 
 
 class ClientWatch:

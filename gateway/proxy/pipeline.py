@@ -29,7 +29,7 @@ from gateway.limits.admission import Admission, RateLimiter
 from gateway.observability.metrics import Metrics
 from gateway.proxy.context import CLIENT_CLOSED, RequestContext
 from gateway.proxy.dialects.base import Call, Dialect
-from gateway.proxy.disconnect import ClientWatch
+from gateway.proxy.disconnect import ClientWatch, client_abort
 from gateway.proxy.forwarding import Forwarding
 from gateway.proxy.relay import STREAM_HEADERS, StreamRelay, note_usage, read_whole
 from gateway.proxy.settlement import Settlement, Submitter
@@ -44,7 +44,9 @@ MODEL_HEADER = "x-sluicegate-model"
 SESSION_HEADER = "x-session-id"
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
+async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes:
+    """The whole body, bounded in size and in time: a client that declares a body and stops
+    sending it would otherwise hold the request, and its connection, forever."""
     too_large = GatewayError(
         ErrorCode.REQUEST_TOO_LARGE, f"The request body is larger than {max_bytes} bytes."
     )
@@ -53,11 +55,20 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
         raise too_large
     parts: list[bytes] = []
     size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > max_bytes:
-            raise too_large
-        parts.append(part)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for part in request.stream():
+                size += len(part)
+                if size > max_bytes:
+                    raise too_large
+                parts.append(part)
+    except TimeoutError:
+        raise GatewayError(
+            ErrorCode.REQUEST_TIMEOUT,
+            f"The request body did not arrive within {timeout_s:g} s.",
+            # The rest of the body may still come: this connection cannot carry another request.
+            headers={"connection": "close"},
+        ) from None
     return b"".join(parts)
 
 
@@ -124,7 +135,8 @@ class Pipeline:
         principal = await self._auth.authenticate(request.headers)
         key = principal.key
         ctx.team, ctx.key_id = key.team, key.id
-        call = dialect.parse(await read_body(request, self._settings.max_body_bytes))
+        body = await read_body(request, self._settings.max_body_bytes, self._settings.body_timeout_s)
+        call = dialect.parse(body)
         requested = self._router.resolve(call.model)
         if requested is None:
             raise GatewayError(
@@ -216,6 +228,9 @@ class Pipeline:
                 headers=[*STREAM_HEADERS, *((k.encode(), v.encode()) for k, v in headers.items())],
                 first_token_deadline=head_deadline,
                 idle_timeout_s=model.timeouts.idle,
+                stream_deadline=loop.time() + model.timeouts.stream_total,
+                max_event_bytes=self._settings.max_event_bytes,
+                abort_client=client_abort(scope),
             )
             await relay.run(receive, send)
             return

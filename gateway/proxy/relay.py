@@ -3,21 +3,31 @@
 The worker side is the same for every client API (every worker speaks the OpenAI chat contract):
 the relay reads each event's JSON to learn usage, finish reason and token timing, and writes it
 down in the request's `Outcome`; the client's `ClientStream` decides what bytes the client gets.
-It asks nothing of the client's connection but watches it: when the client leaves, the worker
-connection is closed at once so the engine stops generating.
+It watches the client's connection: when the client leaves, the worker connection is closed at
+once so the engine stops generating.
+
+Every wait is bounded, on both sides. The worker must send its first output within `first_token`,
+then more output within `idle` of the last, and end the stream within `stream_total`: comments,
+role-only deltas and an event dripped a byte at a time keep nothing alive. Each event is bounded by
+`max_event_bytes`. The client must take each write within `idle`: uvicorn's `send` blocks while the
+client's socket buffer is full, and a client that stops reading would otherwise hold its worker
+slot for as long as it likes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import orjson
-from starlette.types import Receive, Send
+from starlette.types import Message, Receive, Send
 
+from gateway.config import Settings
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.dialects.base import ClientStream
 from gateway.proxy.disconnect import ClientWatch
@@ -33,12 +43,16 @@ STREAM_HEADERS = (
     # Stops nginx-style proxies in front of the gateway from buffering the stream.
     (b"x-accel-buffering", b"no"),
 )
-# A worker event this large is not a token: the relay stops rather than buffer it.
-MAX_EVENT_BYTES = 4 * 1024 * 1024
 
 
-def _note_choices(choices: list[Any], outcome: Outcome) -> None:
+class ClientStalled(Exception):
+    """The client did not take a write within the idle timeout: it stopped reading."""
+
+
+def _note_choices(choices: list[Any], outcome: Outcome) -> bool:
+    """Notes generated text and finish reasons; whether there was any (what keeps a stream alive)."""
     generated = False
+    finished = False
     for choice in choices:
         if not isinstance(choice, dict):
             continue
@@ -51,12 +65,14 @@ def _note_choices(choices: list[Any], outcome: Outcome) -> None:
         reason = choice.get("finish_reason")
         if isinstance(reason, str) and reason:
             outcome.finish_reason = reason
+            finished = True
     if generated:
         now = time.perf_counter()
         if outcome.first_token_at is None:
             outcome.first_token_at = now
         outcome.last_token_at = now
         outcome.tokens_relayed += 1
+    return generated or finished
 
 
 def note_usage(report: Any, outcome: Outcome) -> Usage | None:
@@ -80,6 +96,9 @@ class StreamRelay:
         headers: list[tuple[bytes, bytes]],
         first_token_deadline: float,
         idle_timeout_s: float,
+        stream_deadline: float = math.inf,
+        max_event_bytes: int = Settings.max_event_bytes,
+        abort_client: Callable[[], None] | None = None,
     ) -> None:
         self._upstream = upstream
         self._client = client
@@ -87,12 +106,17 @@ class StreamRelay:
         self._headers = headers
         self._first_token_deadline = first_token_deadline
         self._idle_timeout_s = idle_timeout_s
+        self._stream_deadline = stream_deadline
+        self._max_event_bytes = max_event_bytes
+        self._abort_client = abort_client
 
     async def run(self, receive: Receive, send: Send) -> None:
         watch = ClientWatch(receive)
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": self._headers})
+            await self._write(send, {"type": "http.response.start", "status": 200, "headers": self._headers})
             await self._pump(send, watch)
+        except ClientStalled:
+            await self._cut_client(watch)
         except asyncio.CancelledError:
             if not watch.caught():
                 raise  # someone else's cancellation (shutdown): not ours to swallow
@@ -106,65 +130,114 @@ class StreamRelay:
             # engine like vLLM abort the generation.
             self._upstream.close()
 
+    async def _cut_client(self, watch: ClientWatch) -> None:
+        """Ends a client that stopped reading, settled as one that left. No error event: it would
+        only wait on the same full buffer."""
+        # The client's doing, not the worker's: settled and counted as a departure, not as an
+        # upstream error.
+        self.outcome.disconnected = True
+        await watch.close()  # the cut below is the gateway's doing, not a departure to catch
+        if self._abort_client is not None:
+            self._abort_client()
+            # The transport reports its loss on the next loop turn: let uvicorn see it before this
+            # returns, so it does not take the unfinished response for the app's mistake.
+            await asyncio.sleep(0)
+
+    async def _write(self, send: Send, message: Message) -> None:
+        """A write off the hot path, which the client must take within the idle timeout."""
+        try:
+            async with asyncio.timeout(self._idle_timeout_s):
+                await send(message)
+        except TimeoutError:
+            raise ClientStalled from None
+
     async def _pump(self, send: Send, watch: ClientWatch) -> None:
         loop = asyncio.get_running_loop()
         content = self._upstream.response.content
-        parser = SSEParser()
+        parser = SSEParser(self._max_event_bytes)
         outcome = self.outcome
+        idle = self._idle_timeout_s
+        stream_deadline = self._stream_deadline
+        # The worker's deadline: its first output by first_token, then each next within idle.
+        waiting_until = min(self._first_token_deadline, stream_deadline)
+        sending = False  # one timer bounds both sides: this says whose wait it cut short
         batch = Batch()
         failure: GatewayError | None = None
         try:
-            async with asyncio.timeout_at(self._first_token_deadline) as deadline:
+            async with asyncio.timeout_at(waiting_until) as timer:
                 while not batch.done:
                     chunk = await content.readany()
                     if not chunk:
                         break
                     events = parser.feed(chunk)
-                    if len(parser.pending) > MAX_EVENT_BYTES:
+                    if events:
+                        batch = self._process(events)
+                        if batch.output:
+                            # The endpoint's health verdict: it answered in time (only the first
+                            # counts). Comments alone prove no engine behind them.
+                            self._upstream.served()
+                        if batch.done:
+                            watch.delivered()  # a client that hangs up now has not left early
+                        now = loop.time()
+                        if batch.output:
+                            waiting_until = min(now + idle, stream_deadline)
+                        if batch.out:
+                            # The client must take the write within idle (uvicorn's send waits
+                            # while its socket buffer is full). After output, that is the worker's
+                            # new deadline too: one timer move on the hot path.
+                            write_by = min(now + idle, stream_deadline)
+                            if timer.when() != write_by:
+                                timer.reschedule(write_by)
+                            sending = True
+                            await send({"type": "http.response.body", "body": batch.out, "more_body": True})
+                            sending = False
+                        if batch.usage is not None:
+                            # Written to the client's socket: uvicorn's send returns without writing
+                            # once the client is gone, but wakes the watch first, whose cancellation
+                            # then lands on that send.
+                            outcome.relayed_usage = batch.usage
+                        failure = batch.failure
+                        if timer.when() != waiting_until:
+                            timer.reschedule(waiting_until)
+                    if parser.too_large and not batch.done:
                         outcome.error_reason = "event_too_large"
                         failure = GatewayError(
                             ErrorCode.UPSTREAM_ERROR, "The worker sent an oversized event."
                         )
                         break
-                    if not events:
-                        continue  # a fragment proves nothing: the deadlines stand
-                    # The endpoint's health verdict: it answered in time (only the first counts).
-                    self._upstream.report(True)
-                    batch = self._process(events)
-                    if batch.done:
-                        watch.delivered()  # a client that hangs up now has not left early
-                    if batch.out:
-                        await send({"type": "http.response.body", "body": batch.out, "more_body": True})
-                    if batch.usage is not None:
-                        # Written to the client's socket: uvicorn's send returns without writing
-                        # once the client is gone, but wakes the watch first, whose cancellation
-                        # then lands on that send.
-                        outcome.relayed_usage = batch.usage
-                    failure = batch.failure
-                    deadline.reschedule(loop.time() + self._idle_timeout_s)
         except TimeoutError:
-            waited = "first token" if outcome.first_token_at is None else "next token"
-            outcome.error_reason = "timeout"
-            failure = GatewayError(
-                ErrorCode.UPSTREAM_TIMEOUT,
-                f"The worker stopped sending: timed out waiting for the {waited}.",
-            )
+            if loop.time() >= stream_deadline:
+                outcome.error_reason = "stream_total_timeout"
+                failure = GatewayError(
+                    ErrorCode.UPSTREAM_TIMEOUT, "The stream ran past the model's time limit for a stream."
+                )
+            elif sending:
+                raise ClientStalled from None
+            else:
+                waited = "first token" if outcome.first_token_at is None else "next token"
+                outcome.error_reason = "timeout"
+                failure = GatewayError(
+                    ErrorCode.UPSTREAM_TIMEOUT,
+                    f"The worker stopped sending: timed out waiting for the {waited}.",
+                )
         except (aiohttp.ClientError, ValueError):
             # ValueError: aiohttp's chunked-encoding parser on bytes that are not HTTP.
             outcome.error_reason = "stream_broken"
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream broke off.")
         if batch.done and failure is None:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await self._write(send, {"type": "http.response.body", "body": b"", "more_body": False})
             return
-        # A stream that timed out or ended before its first event counts against the endpoint; one
-        # that failed later had already been judged by its first event.
-        self._upstream.report(False)
+        # A stream that timed out or ended before its first output counts against the endpoint; one
+        # that failed later had already been judged by its first output.
+        self._upstream.failed(failure)
         if failure is None:
             outcome.error_reason = "stream_truncated"
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream ended early.")
         watch.delivered()
-        await send({"type": "http.response.body", "body": self._client.failure(failure), "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await self._write(
+            send, {"type": "http.response.body", "body": self._client.failure(failure), "more_body": True}
+        )
+        await self._write(send, {"type": "http.response.body", "body": b"", "more_body": False})
 
     def _process(self, events: list[SSEEvent]) -> Batch:
         """The client's bytes for a batch of worker events, and what they said: the end, a
@@ -176,11 +249,13 @@ class StreamRelay:
         for event in events:
             data = event.data
             if data is None:
-                out.append(event.raw)  # comments keep idle connections alive: pass them on
+                # Passed on (they keep the client's proxies from closing an idle connection), but
+                # they are not output: the worker's deadline stands.
+                out.append(event.raw)
                 continue
             if data == b"[DONE]":
                 out.append(client.done())
-                batch.done = True
+                batch.done = batch.output = True
                 break
             try:
                 chunk = orjson.loads(data)
@@ -192,12 +267,14 @@ class StreamRelay:
                 # The worker's own error event, re-told in the client's envelope: it ends the stream.
                 outcome.error_reason = "worker_error_event"
                 batch.failure = GatewayError(ErrorCode.UPSTREAM_ERROR, _event_message(chunk["error"]))
-                batch.done = True
+                batch.done = batch.output = True
                 break
             choices = chunk.get("choices")
-            if isinstance(choices, list):
-                _note_choices(choices, outcome)
+            if isinstance(choices, list) and _note_choices(choices, outcome):
+                batch.output = True
             if "usage" in chunk and chunk["usage"] is not None:
+                if choices == []:
+                    batch.output = True  # the final report (a per-chunk one rides on a delta)
                 usage = note_usage(chunk["usage"], outcome)
                 if usage is not None:
                     batch.usage = usage
@@ -212,6 +289,7 @@ class StreamRelay:
 class Batch:
     out: bytes = b""
     done: bool = False  # the worker said [DONE], or failed with an error event
+    output: bool = False  # an event carried output (text, a finish, usage, the end): the worker is alive
     failure: GatewayError | None = None
     usage: Usage | None = None  # the last cumulative usage report among the events
 

@@ -7,8 +7,10 @@ client sees. A pool with no healthy endpoint, or whose attempts all failed that 
 the next pool. Anything after the head is the relay's business; a head that does not come by the
 deadline is a timeout, never retried (the deadline is spent).
 
-Every attempt's outcome feeds the endpoint's health (gateway.routing.health): connect errors, 5xx
-heads and timeouts count as failures; for a stream the verdict waits for its first event.
+Every attempt's outcome feeds the endpoint's health (gateway.routing.health): connect errors and
+answers that are not HTTP (or redirect) are the endpoint's failures; a 5xx head or a timeout is a
+failure the request itself may have provoked, counted for its team; a 4xx is served. For a stream
+the verdict waits for its first event.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import aiohttp
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observability.metrics import Metrics
 from gateway.routing.endpoint import Endpoint
+from gateway.routing.health import ENDPOINT_FAILED, NO_VERDICT, SERVED, Verdict, VerdictKind
 from gateway.routing.policy import RouteRequest
 from gateway.routing.pool import Pool, PoolUnavailable
 from gateway.routing.router import Router
@@ -40,12 +43,23 @@ class UpstreamResponse:
     response: aiohttp.ClientResponse
     trial: bool
     verdict_pending: bool = True
+    team: str = ""  # whose request: a failure it may have provoked is counted per team
 
-    def report(self, ok: bool) -> None:
+    def served(self) -> None:
+        """The stream's first output came in time: the endpoint's verdict for this request."""
+        self.report(SERVED)
+
+    def failed(self, error: GatewayError | None) -> None:
+        """A stream that ended before its first output: timing out may be the request's own doing
+        (a huge prompt); breaking off or ending early (`error` None) is the endpoint's."""
+        timed_out = error is not None and error.code is ErrorCode.UPSTREAM_TIMEOUT
+        self.report(Verdict(VerdictKind.REQUEST_FAILED, self.team) if timed_out else ENDPOINT_FAILED)
+
+    def report(self, verdict: Verdict) -> None:
         """The endpoint's health verdict for this request, once (later calls are ignored)."""
         if self.verdict_pending:
             self.verdict_pending = False
-            self.pool.report(self.endpoint, ok, trial=self.trial)
+            self.pool.report(self.endpoint, verdict, trial=self.trial)
 
     def release(self) -> None:
         """Give the endpoint's in-flight slot back and close the worker connection if unread."""
@@ -60,7 +74,7 @@ class UpstreamResponse:
     def _give_back(self) -> None:
         if self.verdict_pending:
             self.verdict_pending = False
-            self.pool.report(self.endpoint, None, trial=self.trial)
+            self.pool.report(self.endpoint, NO_VERDICT, trial=self.trial)
         self.pool.release(self.endpoint)
 
 
@@ -164,7 +178,8 @@ class Upstream:
                 raise
             tried.append(endpoint)
             handed_over = False
-            verdict: bool | None = None
+            verdict = NO_VERDICT  # also when the client leaves while it waits
+            request_failed = Verdict(VerdictKind.REQUEST_FAILED, route.team)
             try:
                 async with asyncio.timeout_at(head_deadline):
                     # A worker that redirects is misconfigured: never follow it elsewhere.
@@ -176,7 +191,8 @@ class Upstream:
                         allow_redirects=False,
                     )
                 if response.status >= 500 or 300 <= response.status < 400:
-                    verdict = False
+                    # A 5xx may be this request's doing; a redirect no request can ask for.
+                    verdict = request_failed if response.status >= 500 else ENDPOINT_FAILED
                     final = last and attempt + 1 == _ATTEMPTS_PER_POOL
                     if response.status in _RETRYABLE_STATUS and not final:
                         failures.append((model.name, f"status_{response.status}"))
@@ -184,17 +200,17 @@ class Upstream:
                         response.release()
                         continue
                 handed_over = True
-                upstream = UpstreamResponse(pool, endpoint, response, trial)
+                upstream = UpstreamResponse(pool, endpoint, response, trial, team=route.team)
                 is_stream = stream and response.status == 200 and response.content_type == "text/event-stream"
                 if not is_stream:
-                    upstream.report(verdict is None)
+                    upstream.report(SERVED if verdict is NO_VERDICT else verdict)
                 return upstream
             except (aiohttp.ClientError, ValueError) as exc:
                 # Before TimeoutError: aiohttp's connect timeout is both, and is worth a retry.
                 # Anything else is a response head that is not HTTP (a bad status line, an
                 # oversized header, a content-length that is not a number): the worker is broken,
                 # not unreachable, and that is a 502 once every attempt has failed so.
-                verdict = False
+                verdict = ENDPOINT_FAILED
                 unreachable = isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientOSError)
                 reason = "connect" if unreachable else "bad_response"
                 bad_answers += 0 if unreachable else 1
@@ -210,7 +226,9 @@ class Upstream:
                     type(exc).__name__,
                 )
             except TimeoutError:
-                verdict = False
+                # The head deadline is the request's own (first_token, or total for a long
+                # generation): one team's slow requests are not the endpoint's fault alone.
+                verdict = request_failed
                 failures.append((model.name, "timeout"))
                 raise GatewayError(
                     ErrorCode.UPSTREAM_TIMEOUT,

@@ -14,7 +14,7 @@ from gateway.routing.policy import endpoint_seed
 class EndpointState(enum.Enum):
     PENDING = "pending"  # discovered, not yet confirmed to serve the pool's model
     HEALTHY = "healthy"
-    EJECTED = "ejected"  # too many failures in a row: out for a backoff, then one trial request
+    EJECTED = "ejected"  # failures in a row (gateway.routing.health): out for a backoff, then a trial
     UNHEALTHY = "unhealthy"  # its /health probe fails
     REMOVED = "removed"  # gone from discovery; its in-flight requests finish
 
@@ -24,6 +24,8 @@ class Endpoint:
         "confirmed",
         "ejected_until",
         "ejections",
+        "endpoint_failed",
+        "failing_teams",
         "failures",
         "hrw_seed",
         "inflight",
@@ -49,6 +51,10 @@ class Endpoint:
         self.removed = False
         self.probe_ok = True
         self.failures = 0  # consecutive
+        # What the current run of failures holds (gateway.routing.health decides what ejects):
+        # a failure no request can provoke, and the teams whose requests failed (capped).
+        self.endpoint_failed = False
+        self.failing_teams: set[str] = set()
         self.ejections = 0  # in a row, for the backoff
         self.ejected_until: float | None = None
         self.trial_inflight = False
@@ -62,6 +68,15 @@ class Endpoint:
         self.last_scrape_at = float("-inf")
         self.usable = confirmed
         self.refresh()
+
+    def reset_failures(self) -> None:
+        self.failures = 0
+        self.endpoint_failed = False
+        self.failing_teams.clear()
+
+    def probe_now(self) -> None:
+        """Makes its `/health` probe due at the monitor's next round, whatever the interval."""
+        self.last_probe_at = float("-inf")
 
     def refresh(self) -> None:
         """Recomputes `usable`, the one flag the request path reads."""

@@ -5,7 +5,8 @@ that are due, checks them with bounded concurrency (one semaphore for all three)
 timeout, and applies the results on the event loop; nothing here is on a request's path.
 
 - pending endpoints: `GET /v1/models` about once a second until it lists the pool's wire model;
-- every confirmed endpoint: `GET /health` every `health.probe_interval`, timeout <= connect timeout;
+- every confirmed endpoint: `GET /health` every `health.probe_interval`, timeout <= connect timeout,
+  or at the next round when one team's failures made it suspect (`Endpoint.probe_now`);
 - endpoints of pools routed by load: `GET /metrics` about once a second (or each probe_interval if
   shorter); a failed or stale scrape falls back to in-flight counts.
 """

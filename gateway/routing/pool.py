@@ -228,17 +228,17 @@ class Pool:
 
     # -- health -------------------------------------------------------------------------------
 
-    def report(self, endpoint: Endpoint, ok: bool | None, *, trial: bool) -> None:
-        """The verdict of one request on `endpoint`: True, False, or None (no verdict)."""
-        if ok is None:
-            health.record_no_verdict(endpoint, trial=trial)
-        elif ok:
-            if health.record_success(endpoint, trial=trial):
-                self._readmitted(endpoint)
-        elif health.record_failure(endpoint, self.health, self._clock(), trial=trial):
+    def report(self, endpoint: Endpoint, verdict: health.Verdict, *, trial: bool) -> None:
+        """The verdict of one request on `endpoint` (gateway.routing.health says what it does)."""
+        change = health.record(endpoint, verdict, self.health, self._clock(), trial=trial)
+        if change is health.Change.EJECTED:
             if endpoint not in self._ejected and not endpoint.removed:
                 self._ejected.append(endpoint)
             self._metrics.endpoint_ejections.labels(self.name, endpoint.url).inc()
+        elif change is health.Change.READMITTED:
+            self._readmitted(endpoint)
+        elif change is health.Change.SUSPECT:
+            endpoint.probe_now()
 
     def _readmitted(self, endpoint: Endpoint) -> None:
         if endpoint in self._ejected:

@@ -152,6 +152,46 @@ def test_autodiscovery_allow_list_reaches_the_gateway_and_its_namespaces_are_wat
     assert {r["metadata"]["namespace"] for r in result.of_kind("Role")} == watched
 
 
+def test_connection_bounds_reach_the_gateway(render: Renderer) -> None:
+    def bounds(result: Render) -> tuple[Any, ...]:
+        env = {name: e["value"] for name, e in gateway_env(result).items() if "value" in e}
+        s = Settings.from_env(env)
+        return (
+            s.max_header_bytes,
+            s.header_timeout_s,
+            s.body_timeout_s,
+            s.keep_alive_timeout_s,
+            s.max_body_bytes,
+            s.max_event_bytes,
+            s.admin_max_failures,
+            s.trusted_proxies,
+        )
+
+    d = Settings()
+    assert bounds(rendered(render)) == (
+        d.max_header_bytes,
+        d.header_timeout_s,
+        d.body_timeout_s,
+        d.keep_alive_timeout_s,
+        d.max_body_bytes,
+        d.max_event_bytes,
+        d.admin_max_failures,
+        d.trusted_proxies,
+    ), "the chart's defaults differ from the gateway's own"
+    tuned = {
+        "maxHeaderBytes": 1048576,
+        "headerTimeoutSeconds": 2.5,
+        "bodyTimeoutSeconds": 120,
+        "keepAliveTimeoutSeconds": 75,
+        "maxBodyBytes": 2048,
+        "maxEventBytes": 4096,
+        "adminMaxFailures": 3,
+        "trustedProxies": ["10.0.0.0/8", "fd00::1"],
+    }
+    result = rendered(render, values={"gateway": {"connections": tuned}})
+    assert bounds(result) == (1048576, 2.5, 120.0, 75.0, 2048, 4096, 3, ("10.0.0.0/8", "fd00::1"))
+
+
 def test_no_discovery_means_no_rbac_and_no_api_token(render: Renderer) -> None:
     result = rendered(
         render, values={"models": [{"name": "m", "engine": "external", "external": {"url": "http://w:8000"}}]}

@@ -105,8 +105,12 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
         "(timeouts.total: 600s)",
     ),
     "admin token given twice": (
-        {"auth": {"existingSecret": "s", "adminToken": "t"}},
+        {"auth": {"existingSecret": "s", "adminToken": "t" * 32}},
         "auth.adminToken and auth.existingSecret are both set",
+    ),
+    "admin token too short": (
+        {"auth": {"adminToken": "t" * 31}},
+        "auth.adminToken is 31 characters: the gateway needs at least 32",
     ),
     "floating image tag": (
         {"gateway": {"image": {"tag": "latest"}}},
@@ -132,6 +136,14 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "weight cap zero": (
         {"gateway": {"discovery": {"maxWeight": 0}}},
         "at '/gateway/discovery/maxWeight'",
+    ),
+    "header timeout zero": (
+        {"gateway": {"connections": {"headerTimeoutSeconds": 0}}},
+        "at '/gateway/connections/headerTimeoutSeconds'",
+    ),
+    "header cap too small for any request": (
+        {"gateway": {"connections": {"maxHeaderBytes": 100}}},
+        "at '/gateway/connections/maxHeaderBytes'",
     ),
     "bad model name": (
         {"models": [{**VLLM, "name": "has space"}]},

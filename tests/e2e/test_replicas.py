@@ -49,7 +49,7 @@ def replicas(
 ) -> Iterator[Replicas]:
     config = tmp_path_factory.mktemp("replicas") / "models.yaml"
     config.write_text(f"models:\n  - name: {FAKE_MODEL}\n    endpoints:\n      - url: {fake_worker}\n")
-    token = "adm-" + secrets.token_hex(8)
+    token = "adm-" + secrets.token_hex(16)
     processes: list[subprocess.Popen[bytes]] = []
     urls: list[str] = []
     for _ in range(3):

@@ -79,7 +79,7 @@ def start_gateway(fake_worker: str, tmp_path: Path, session_log: SessionLog) -> 
 
     def start(redis_url: str, **settings: str) -> GatewayProcess:
         port = free_port()
-        token = f"adm-faults-{port}"
+        token = f"adm-faults-{port}-0123456789abcdef0123456789abcdef"
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICEGATE_")}
         env.update(
             SLUICEGATE_REDIS_URL=redis_url,

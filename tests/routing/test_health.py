@@ -22,7 +22,10 @@ def test_a_stalled_endpoint_is_cut_off_ejected_and_readmitted_after_a_trial(
     good, good_url = workers()
     stalled, stalled_url = workers()
     stalled.stall = True  # takes the connection and the request, never answers a generation
-    health = HealthConfig(failures_to_eject=2, ejection_base=0.5, ejection_max=1, probe_interval=0.2)
+    # One team's requests: ejecting on them alone is opt-in (tests/routing/test_shared_endpoint.py).
+    health = HealthConfig(
+        failures_to_eject=2, teams_to_eject=1, ejection_base=0.5, ejection_max=1, probe_interval=0.2
+    )
     table = ModelTable(
         (ModelConfig(name="m", endpoints=(good_url, stalled_url), timeouts=FAST, health=health),)
     )
@@ -95,7 +98,9 @@ def test_a_5xx_endpoint_is_ejected_after_n_failures_and_its_503s_are_retried(
     _good, good_url = workers()
     failing, failing_url = workers()
     failing.fail_status = 503
-    health = HealthConfig(failures_to_eject=3, ejection_base=30, ejection_max=60, probe_interval=30)
+    health = HealthConfig(
+        failures_to_eject=3, teams_to_eject=1, ejection_base=30, ejection_max=60, probe_interval=30
+    )
     table = ModelTable((ModelConfig(name="m", endpoints=(good_url, failing_url), health=health),))
     with make_gateway(table) as gw:
         key = gw.new_key()["key"]

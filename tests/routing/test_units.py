@@ -10,7 +10,8 @@ from collections import Counter
 import pytest
 
 from gateway.config import HealthConfig, ModelConfig, RoutingConfig
-from gateway.errors import GatewayError
+from gateway.errors import ConfigError, GatewayError
+from gateway.model_table import parse_model
 from gateway.observability.metrics import Metrics
 from gateway.routing import health
 from gateway.routing.endpoint import Endpoint, EndpointState
@@ -73,28 +74,75 @@ def test_session_affinity_leaves_an_engine_that_queues_when_another_does_not() -
     assert session_affinity(eps, RouteRequest("m", user="u"), rng) is not home
 
 
+def _fail(team: str) -> health.Verdict:
+    return health.Verdict(health.VerdictKind.REQUEST_FAILED, team)
+
+
+def _record(
+    ep: Endpoint, verdict: health.Verdict, config: HealthConfig, now: float = 0, *, trial: bool = False
+) -> health.Change:
+    return health.record(ep, verdict, config, now, trial=trial)
+
+
 def test_ejection_backoff_trial_and_reset() -> None:
     config = HealthConfig(failures_to_eject=3, ejection_base=2, ejection_max=5)
     ep = Endpoint("http://e")
-    assert not health.record_failure(ep, config, 0, trial=False)
-    assert not health.record_failure(ep, config, 0, trial=False)
-    health.record_success(ep, trial=False)  # not consecutive any more
-    assert [health.record_failure(ep, config, 0, trial=False) for _ in range(3)] == [False, False, True]
+    broken = health.ENDPOINT_FAILED
+    assert _record(ep, broken, config) is health.Change.NONE
+    assert _record(ep, broken, config) is health.Change.NONE
+    _record(ep, health.SERVED, config)  # not consecutive any more
+    changes = [_record(ep, broken, config) for _ in range(3)]
+    assert changes == [health.Change.NONE, health.Change.NONE, health.Change.EJECTED]
     assert (ep.state, ep.ejected_until, ep.usable) == (EndpointState.EJECTED, 2, False)
     # A failure of a request that was already in flight does not stretch the backoff.
-    assert not health.record_failure(ep, config, 1, trial=False)
+    assert _record(ep, broken, config, 1) is health.Change.NONE
     assert not ep.trial_ready(1.9)
     assert ep.trial_ready(2.0)
-    assert health.record_failure(ep, config, 2.0, trial=True)  # failed trial: the next backoff
+    # A failed trial: the next backoff, whatever failed (the endpoint was already judged out).
+    assert _record(ep, _fail("a"), config, 2.0, trial=True) is health.Change.EJECTED
     assert ep.ejected_until == 2.0 + 4
-    assert health.record_failure(ep, config, 6.0, trial=True)
+    assert _record(ep, broken, config, 6.0, trial=True) is health.Change.EJECTED
     assert ep.ejected_until == 6.0 + 5  # capped
     ep.probe_ok = False
     assert not ep.trial_ready(100)  # a failing probe holds the trial back
     ep.probe_ok = True
-    assert health.record_success(ep, trial=True)
+    assert _record(ep, health.SERVED, config, trial=True) is health.Change.READMITTED
     assert (ep.state, ep.ejections, ep.usable) == (EndpointState.HEALTHY, 0, True)
     assert health.backoff(config, 1) == 2
+
+
+def test_one_teams_failed_requests_make_an_endpoint_suspect_once_and_a_second_team_ejects() -> None:
+    config = HealthConfig(failures_to_eject=2)
+    ep = Endpoint("http://e")
+    changes = [_record(ep, _fail("a"), config) for _ in range(4)]
+    assert changes == [health.Change.NONE, health.Change.SUSPECT, health.Change.NONE, health.Change.NONE]
+    assert ep.usable
+    assert _record(ep, _fail("b"), config) is health.Change.EJECTED
+    assert not ep.usable
+
+
+def test_a_success_forgets_the_teams_and_an_endpoint_failure_in_the_run_ejects() -> None:
+    config = HealthConfig(failures_to_eject=2)
+    ep = Endpoint("http://e")
+    _record(ep, _fail("a"), config)
+    _record(ep, health.NO_VERDICT, config)  # the client left: says nothing, changes nothing
+    _record(ep, health.SERVED, config)
+    assert _record(ep, _fail("b"), config) is health.Change.NONE
+    assert _record(ep, _fail("b"), config) is health.Change.SUSPECT  # team a's failure is forgotten
+    fresh = Endpoint("http://f")
+    _record(fresh, _fail("a"), config)
+    assert _record(fresh, health.ENDPOINT_FAILED, config) is health.Change.EJECTED
+
+
+def test_teams_to_eject_is_a_whole_positive_health_setting() -> None:
+    def health_of(raw: object) -> HealthConfig:
+        return parse_model({"name": "m", "endpoints": [{"url": "http://w:1"}], "health": raw}, "m").health
+
+    assert health_of({}).teams_to_eject == 2
+    assert health_of({"teams_to_eject": 1}).teams_to_eject == 1
+    for bad in (0, 1.5, "two"):
+        with pytest.raises(ConfigError, match=r"m\.health\.teams_to_eject"):
+            health_of({"teams_to_eject": bad})
 
 
 def test_parse_load_sums_label_sets_and_ignores_everything_else() -> None:
@@ -153,14 +201,14 @@ def test_a_pool_with_only_ejected_endpoints_is_unavailable_until_the_trial() -> 
     pool = _pool(clock, max_inflight=10)
     for ep in pool.endpoints:
         for _ in range(3):
-            pool.report(ep, False, trial=False)
+            pool.report(ep, health.ENDPOINT_FAILED, trial=False)
     with pytest.raises(PoolUnavailable):
         pool.try_acquire(REQ, pool._rng)
     clock[0] = 2.5
     trial = pool.try_acquire(REQ, pool._rng)
     assert trial is not None
     assert trial[1] is True
-    pool.report(trial[0], True, trial=True)
+    pool.report(trial[0], health.SERVED, trial=True)
     pool.release(trial[0])
     assert trial[0].usable
     other = pool.try_acquire(REQ, pool._rng)  # the other one's trial comes first

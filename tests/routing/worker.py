@@ -4,6 +4,10 @@ Unlike the fake worker (programmed per request by headers), this one is programm
 which is what routing needs: one endpoint slow, one failing, one stalled. It models an engine with
 `capacity` generation slots: requests beyond it wait, and `/metrics` shows running and waiting
 under the contract's names (workers/CONTRACT.md, "Load metrics").
+
+Two request headers (the gateway forwards them) make one request fail the way a client's own
+request can: `x-worker-fail-status: 500` answers it with that status; `x-worker-stall: head` or
+`first-event` holds its answer, or its stream's first event, until the gateway hangs up.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class ProgrammableWorker:
         self.tokens = tokens
         self.fail_status: int | None = None  # answer every generation with this status
         self.health_status = 200
+        self.health_probes = 0  # GET /health received
         self.stall = False  # generations never answer (/health still does)
         self.requests = 0  # generation requests received
         self.by_model: Counter[str] = Counter()
@@ -60,6 +65,7 @@ class ProgrammableWorker:
         return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
     async def health(self, request: Request) -> Response:
+        self.health_probes += 1
         return Response(b"{}", status_code=self.health_status, media_type="application/json")
 
     async def metrics(self, request: Request) -> Response:
@@ -78,9 +84,13 @@ class ProgrammableWorker:
         self.by_model[str(model)] += 1
         self.by_user[str(body.get("user"))] += 1
         await self._stall()
-        if self.fail_status is not None:
-            error = {"error": {"message": "injected", "type": "server_error", "code": self.fail_status}}
-            return Response(orjson.dumps(error), status_code=self.fail_status, media_type="application/json")
+        stall = request.headers.get("x-worker-stall")
+        if stall == "head":
+            await _until_disconnected(request)
+        fail_status = int(request.headers.get("x-worker-fail-status", 0)) or self.fail_status
+        if fail_status is not None:
+            error = {"error": {"message": "injected", "type": "server_error", "code": fail_status}}
+            return Response(orjson.dumps(error), status_code=fail_status, media_type="application/json")
         if model not in self.models:
             return Response(b'{"error": {"message": "no such model"}}', 404, media_type="application/json")
         if self._slots is None:
@@ -95,7 +105,8 @@ class ProgrammableWorker:
                 self.running -= 1
         ident = f"c-{next(self._ids)}"
         if body.get("stream"):
-            return StreamingResponse(self._events(ident, str(model)), media_type="text/event-stream")
+            events = self._events(ident, str(model), stall_first=stall == "first-event")
+            return StreamingResponse(events, media_type="text/event-stream")
         answer = {
             "id": ident,
             "object": "chat.completion",
@@ -108,7 +119,10 @@ class ProgrammableWorker:
         }
         return Response(orjson.dumps(answer), media_type="application/json")
 
-    async def _events(self, ident: str, model: str) -> Any:
+    async def _events(self, ident: str, model: str, *, stall_first: bool) -> Any:
+        if stall_first:
+            # The head is out; Starlette cancels this generator when the gateway hangs up.
+            await asyncio.sleep(_STALL_S)
         base = {"id": ident, "object": "chat.completion.chunk", "created": 0, "model": model}
         for i in range(self.tokens):
             delta = {"index": 0, "delta": {"content": f"t{i} "}, "finish_reason": None}
@@ -118,3 +132,14 @@ class ProgrammableWorker:
         usage = {"prompt_tokens": 1, "completion_tokens": self.tokens, "total_tokens": 1 + self.tokens}
         yield b"data: " + orjson.dumps({**base, "choices": [], "usage": usage}) + b"\n\n"
         yield b"data: [DONE]\n\n"
+
+
+# Longer than any test's deadlines: a stalled answer ends when the gateway hangs up, not before.
+_STALL_S = 60.0
+
+
+async def _until_disconnected(request: Request) -> None:
+    for _ in range(int(_STALL_S / 0.05)):
+        if await request.is_disconnected():
+            return
+        await asyncio.sleep(0.05)

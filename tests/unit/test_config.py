@@ -160,10 +160,10 @@ def test_settings_from_env() -> None:
         {
             "SLUICEGATE_REDIS_URL": "rediss://r:6380/1",
             "SLUICEGATE_PORT": "9000",
-            "SLUICEGATE_ADMIN_TOKEN": "t",
+            "SLUICEGATE_ADMIN_TOKEN": "t" * 32,
         }
     )
-    assert (settings.redis_url, settings.port, settings.admin_token) == ("rediss://r:6380/1", 9000, "t")
+    assert (settings.redis_url, settings.port, settings.admin_token) == ("rediss://r:6380/1", 9000, "t" * 32)
     assert Settings.from_env({}).port == 8080
     with pytest.raises(ConfigError, match="SLUICEGATE_PORT"):
         Settings.from_env({"SLUICEGATE_PORT": "eighty"})

@@ -17,8 +17,11 @@ from starlette.responses import Response
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.limits.admission import Admission, LimitKind, Reservation
+from gateway.proxy.usage import MAX_TOKENS
 
 DONE_EVENT = b"data: [DONE]\n\n"
+# Answers one request may ask for (`n`, `best_of`): OpenAI's own cap. Each is reserved in full.
+MAX_CHOICES = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +63,14 @@ class OpenAICall:
         return _dumps(payload)
 
     def reservation(self, default_max_tokens: int) -> Reservation:
-        """What admission charges token limits before the real usage is known."""
+        """What admission charges token limits before the real usage is known: the cap for each
+        answer generated (`n` are returned, `best_of` generated; parse checked both)."""
+        if self.is_embeddings:
+            return Reservation(self.estimated_prompt_tokens(), 0)
         cap = self.payload.get("max_completion_tokens") or self.payload.get("max_tokens")
-        completion = 0 if self.is_embeddings else (cap if isinstance(cap, int) else default_max_tokens)
-        return Reservation(self.estimated_prompt_tokens(), completion)
+        per_answer = cap if isinstance(cap, int) else default_max_tokens
+        answers = max(self.payload.get("n") or 1, self.payload.get("best_of") or 1)
+        return Reservation(self.estimated_prompt_tokens(), per_answer * answers)
 
     def estimated_prompt_tokens(self) -> int:
         """For reservations, and for usage a worker did not report."""
@@ -160,10 +167,18 @@ class OpenAIDialect:
         options = payload.get("stream_options")
         if options is not None and not isinstance(options, dict):
             raise _field_error("stream_options", "must be an object")
-        for name in ("max_tokens", "max_completion_tokens", "n"):
+        for name in ("max_tokens", "max_completion_tokens"):
             value = payload.get(name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise _field_error(name, "must be a non-negative integer")
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS
+            ):
+                raise _field_error(name, f"must be an integer from 0 to {MAX_TOKENS}")
+        for name in ("n", "best_of"):
+            value = payload.get(name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CHOICES
+            ):
+                raise _field_error(name, f"must be an integer from 1 to {MAX_CHOICES}")
         return OpenAICall(
             path=self.path,
             payload=payload,

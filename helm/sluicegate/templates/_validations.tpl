@@ -26,6 +26,9 @@ what to do, before anything reaches the cluster. Rendered from validations.yaml.
 {{- if and $v.auth.existingSecret $v.auth.adminToken -}}
 {{- $errors = append $errors "auth.adminToken and auth.existingSecret are both set: give one" -}}
 {{- end -}}
+{{- if and $v.auth.adminToken (lt (len $v.auth.adminToken) 32) -}}
+{{- $errors = append $errors (printf "auth.adminToken is %d characters: the gateway needs at least 32 (e.g. openssl rand -hex 24), or leave it empty and the chart generates one" (len $v.auth.adminToken)) -}}
+{{- end -}}
 
 {{- /* Gateway replicas, autoscaling, disruption budget, grace period */ -}}
 {{- $pdb := $v.gateway.pdb -}}

@@ -1,0 +1,233 @@
+"""JSON Schemas of the bodies in the OpenAPI document (gateway.edge.openapi).
+
+Request schemas say what the gateway itself checks, and no more: the OpenAI bodies allow any
+other field (they pass through to the worker), so a body these schemas reject is one the gateway
+answers with a 4xx, and the generated-input suite (tests/generated) holds it to that. Patterns
+and enums come from the code that validates them. Every function builds a fresh tree: a caller
+that edits the document in place (a schema tool resolving references) changes nothing here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.errors import ErrorCode
+from gateway.keys.store import TEAM_NAME_RE
+from gateway.limits.spec import MAX_LIMIT, TOKEN_COUNTS
+from gateway.model_table import MODEL_NAME_RE
+from gateway.proxy.dialects.openai import MAX_CHOICES
+from gateway.proxy.usage import MAX_TOKENS
+
+Schema = dict[str, Any]
+
+MAX_GRACE_S = 90 * 86400  # gateway.admin.routes.rotate_key
+
+
+def nullable(schema: Schema) -> Schema:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _int(minimum: int, description: str = "", *, maximum: int = MAX_LIMIT) -> Schema:
+    schema: Schema = {"type": "integer", "minimum": minimum, "maximum": maximum}
+    if description:
+        schema["description"] = description
+    return nullable(schema)
+
+
+def openai_body(input_field: str, input_schema: Schema, *, can_stream: bool) -> Schema:
+    """gateway.proxy.dialects.openai.OpenAIDialect.parse."""
+    properties: Schema = {
+        "model": {"type": "string", "minLength": 1, "description": "A model name or alias (GET /v1/models)."},
+        input_field: input_schema,
+        "stream": nullable({"type": "boolean"}) if can_stream else {"enum": [False, None]},
+        "max_tokens": _int(
+            0,
+            "Also what a request reserves against token limits, times max(n, best_of) (default 1024).",
+            maximum=MAX_TOKENS,
+        ),
+        "max_completion_tokens": _int(
+            0, "Preferred over max_tokens when both are given.", maximum=MAX_TOKENS
+        ),
+        "n": _int(1, "Answers returned.", maximum=MAX_CHOICES),
+        "best_of": _int(1, "Answers generated (completions).", maximum=MAX_CHOICES),
+        "user": {"description": "Passed through; a string is also written to the usage record."},
+    }
+    if can_stream:
+        properties["stream_options"] = nullable(
+            {
+                "type": "object",
+                "properties": {"include_usage": {}, "continuous_usage_stats": {}},
+                "additionalProperties": True,
+            }
+        )
+    return {
+        "type": "object",
+        "required": ["model", input_field],
+        "properties": properties,
+        "additionalProperties": True,
+        "description": "Fields not listed here pass through to the worker unchanged.",
+    }
+
+
+def messages() -> Schema:
+    return {
+        "type": "array",
+        "minItems": 1,
+        "items": {
+            "type": "object",
+            "required": ["role"],
+            "properties": {"role": {"type": "string"}},
+            "additionalProperties": True,
+        },
+    }
+
+
+def text_input() -> Schema:
+    return {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1}]}
+
+
+def team_name() -> Schema:
+    return {"type": "string", "pattern": TEAM_NAME_RE.pattern}
+
+
+def team_filter() -> Schema:
+    """An empty `team=` filter is no filter, as the admin API reads its query."""
+    return {"type": "string", "pattern": f"^({TEAM_NAME_RE.pattern.strip('^$')})?$"}
+
+
+def date() -> Schema:
+    """YYYY-MM-DD; empty is no bound."""
+    return {"type": "string", "pattern": r"^(\d{4}-\d{2}-\d{2})?$"}
+
+
+def limits(*, budgets: bool, per_model: bool = True) -> Schema:
+    """gateway.limits.spec.parse_limits; unknown fields are ignored."""
+    properties: Schema = {
+        "rpm": _int(1, "Requests per minute."),
+        "tpm": _int(1, "Tokens per minute."),
+        "max_concurrency": _int(1, "Requests in flight."),
+        "tpm_counts": {"enum": list(TOKEN_COUNTS), "description": "Which tokens `tpm` counts."},
+    }
+    if budgets:
+        properties["daily_tokens"] = _int(1, "Token budget per UTC calendar day.")
+        properties["monthly_tokens"] = _int(1, "Token budget per UTC calendar month.")
+        properties["weight"] = _int(1, "The team's share of a saturated pool's queue (default 1).")
+    if per_model:
+        properties["model_limits"] = nullable(
+            {
+                "type": "object",
+                "description": "Model name -> its own rpm, tpm, max_concurrency and tpm_counts.",
+                "additionalProperties": limits(budgets=False, per_model=False),
+            }
+        )
+    return {"type": "object", "properties": properties, "additionalProperties": True}
+
+
+def _with(base: Schema, required: list[str], **properties: Schema) -> Schema:
+    schema = {**base, "properties": {**base["properties"], **properties}}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def team_create() -> Schema:
+    return _with(limits(budgets=True), ["name"], name=team_name())
+
+
+def _clear() -> Schema:
+    return {"type": "array", "items": {"type": "string"}, "description": "Limit names to remove."}
+
+
+def team_update() -> Schema:
+    return _with(limits(budgets=True), [], clear=_clear())
+
+
+def key_update() -> Schema:
+    return _with(limits(budgets=False), [], clear=_clear())
+
+
+def key_create() -> Schema:
+    expires = {
+        "anyOf": [
+            {"type": "number", "exclusiveMinimum": 0, "description": "Unix seconds, in the future."},
+            {"type": "string", "description": "ISO 8601 date or time (UTC unless it says), in the future."},
+        ]
+    }
+    models = {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": MODEL_NAME_RE.pattern}}
+    return _with(
+        limits(budgets=False),
+        ["team"],
+        team=team_name(),
+        name={"type": "string", "maxLength": 200},
+        models=nullable(models),
+        expires_at=nullable(expires),
+    )
+
+
+def rotate() -> Schema:
+    grace = {
+        "type": "number",
+        "minimum": 0,
+        "maximum": MAX_GRACE_S,
+        "description": "How long the old secret keeps working.",
+    }
+    return {"type": "object", "properties": {"grace_seconds": grace}, "additionalProperties": True}
+
+
+def key_record() -> Schema:
+    """gateway.keys.store.KeyRecord.public, plus the secret where one was just issued."""
+    return {
+        "type": "object",
+        "required": ["id", "team", "name", "models", "limits", "created_at", "revoked", "expires_at"],
+        "properties": {
+            "id": {"type": "string"},
+            "team": {"type": "string"},
+            "name": {"type": "string"},
+            "models": nullable({"type": "array", "items": {"type": "string"}}),
+            "rpm": nullable({"type": "integer"}),
+            "limits": {"type": "object"},
+            "created_at": {"type": "number"},
+            "revoked_at": nullable({"type": "number"}),
+            "revoked": {"type": "boolean"},
+            "expires_at": nullable({"type": "number"}),
+            "key": {"type": "string", "description": "The secret: only on creation and rotation."},
+        },
+    }
+
+
+def listing(item: Schema) -> Schema:
+    return {
+        "type": "object",
+        "required": ["object", "data"],
+        "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": item}},
+    }
+
+
+def readiness() -> Schema:
+    return {
+        "type": "object",
+        "required": ["ready", "checks"],
+        "properties": {"ready": {"type": "boolean"}, "checks": {"type": "object"}},
+    }
+
+
+def error() -> Schema:
+    """gateway.errors.GatewayError.envelope: the same on every route, public and admin."""
+    return {
+        "type": "object",
+        "required": ["error"],
+        "additionalProperties": False,
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["message", "type", "param", "code"],
+                "additionalProperties": False,
+                "properties": {
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "param": {"type": ["string", "null"]},
+                    "code": {"enum": sorted({c.wire_code for c in ErrorCode})},
+                },
+            }
+        },
+    }

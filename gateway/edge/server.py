@@ -1,0 +1,230 @@
+"""The gateway's HTTP server: uvicorn on httptools, with the bounds on one client connection that
+uvicorn cannot express itself (README "Limits and timeouts").
+
+httptools buffers a header line however long it grows, and uvicorn starts no timer before a
+request's head is complete, so a client could hold memory and a socket forever without the app
+ever seeing it. `GuardedHttpToolsProtocol` counts the bytes of each request head (431 and a close
+past the cap) and times it (a close past the timeout) from the moment the connection is made, or
+for a later request on a keep-alive connection from its first byte: the idle gap before it is
+uvicorn's keep-alive timeout. It also gives every request a way to cut its client's connection,
+the scope extension `sluicegate.abort`, for a client that stopped reading.
+
+It relies on uvicorn's internals (the parser callbacks and per-connection state of
+`HttpToolsProtocol`), which is why pyproject.toml pins uvicorn's minor version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, ClassVar
+
+import uvicorn
+from starlette.types import ASGIApp
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from gateway.config import Settings
+from gateway.errors import ErrorCode, GatewayError
+from gateway.proxy.disconnect import ABORT_EXTENSION
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, with a cap and a timer on each request head, and a cap in time
+    on a request body that the app answered before it arrived."""
+
+    max_head_bytes: ClassVar[int]
+    head_timeout_s: ClassVar[float]
+    body_timeout_s: ClassVar[float]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # True while a request head is expected or arriving; False from its end to its body's end.
+        self._head_open = True
+        self._head_bytes = 0
+        self._heads_completed = 0
+        # True from a chunk's size line to its first byte: for the last chunk, that is its trailers.
+        self._maybe_in_trailers = False
+        self._trailer_bytes = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._drain_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        # A connection that never sends a byte holds a socket too: its head is timed from now.
+        self._start_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        while data and not self.transport.is_closing():
+            data = self._feed_head(data) if self._head_open else self._feed_body(data)
+
+    def _feed_head(self, data: bytes) -> bytes:
+        """Feeds what fits under the head cap; returns what is left for after the head."""
+        self._start_head_timer()
+        room = self.max_head_bytes - self._head_bytes
+        part, rest = data[:room], data[room:]
+        self._head_bytes += len(part)
+        heads_before = self._heads_completed
+        if part:
+            super().data_received(part)
+        if rest and self._heads_completed == heads_before and not self.transport.is_closing():
+            # The head did not end within the cap; httptools would buffer the rest of its line.
+            self._refuse(
+                GatewayError(
+                    ErrorCode.HEADERS_TOO_LARGE,
+                    f"The request line and headers are larger than {self.max_head_bytes} bytes.",
+                )
+            )
+        return rest
+
+    def _feed_body(self, data: bytes) -> bytes:
+        """Feeds a body in slices, counting what follows its last chunk: trailers are headers that
+        httptools buffers as it does the head's, so they come under the same cap."""
+        part, rest = data[: self.max_head_bytes], data[self.max_head_bytes :]
+        in_trailers = self._maybe_in_trailers
+        super().data_received(part)
+        if in_trailers and self._maybe_in_trailers:
+            self._trailer_bytes += len(part)  # a whole slice with no payload: past the last chunk
+            if self._trailer_bytes > self.max_head_bytes:
+                # The request is the app's by now, its answer may have begun: only a close fits.
+                self._close()
+        return rest
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        # The app's way to cut this client off (gateway/proxy/disconnect.py); a zero-argument call.
+        self.scope["extensions"] = {ABORT_EXTENSION: self.transport.abort}  # type: ignore[dict-item]
+
+    def on_headers_complete(self) -> None:
+        self._head_open = False
+        self._head_bytes = 0
+        self._heads_completed += 1
+        self._trailer_bytes = 0
+        self._cancel_head_timer()
+        super().on_headers_complete()
+
+    def on_chunk_header(self) -> None:
+        self._maybe_in_trailers = True
+
+    def on_body(self, body: bytes) -> None:
+        self._maybe_in_trailers = False
+        super().on_body(body)
+
+    def on_chunk_complete(self) -> None:
+        self._maybe_in_trailers = False
+
+    def on_message_complete(self) -> None:
+        self._head_open = True
+        self._maybe_in_trailers = False
+        if self._drain_timer is not None:
+            # The rest of a body already answered has arrived, and the connection is idle: that is
+            # uvicorn's keep-alive timeout to bound again (the body's bytes disarmed it).
+            self._cancel_drain_timer()
+            self._unset_keepalive_if_required()
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        # With nothing pipelined, the response that just ended is the latest request's. If that
+        # request's body is still arriving (the app refused it early: 401, 408, 413), the client
+        # may be writing it still: keep reading it so the client sees the answer rather than a
+        # reset, but a client that trickles it is cut once the body timeout has passed.
+        if (
+            not self.pipeline
+            and not self._head_open
+            and self._drain_timer is None
+            and not self.transport.is_closing()
+        ):
+            self._drain_timer = self.loop.call_later(self.body_timeout_s, self._close)
+        super().on_response_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        # Bytes that are not HTTP: uvicorn's own answer, in the gateway's envelope.
+        self._refuse(GatewayError(ErrorCode.INVALID_REQUEST, "The request is not valid HTTP/1.1."))
+
+    def _refuse(self, error: GatewayError) -> None:
+        """An answer from below the app, and the connection closed behind it."""
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._close()  # a response is on the wire: no room for another in it
+            return
+        body = error.body()
+        head = [STATUS_LINE[error.status]]
+        for name, value in self.server_state.default_headers:
+            head.append(name + b": " + value + b"\r\n")
+        head.append(b"content-type: application/json\r\n")
+        head.append(b"content-length: %d\r\n" % len(body))
+        head.append(b"connection: close\r\n\r\n")
+        self.transport.write(b"".join(head) + body)
+        self._close()
+
+    def _start_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.head_timeout_s, self._close)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _cancel_drain_timer(self) -> None:
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
+
+    def _cancel_timers(self) -> None:
+        self._cancel_head_timer()
+        self._cancel_drain_timer()
+
+    def _close(self) -> None:
+        self._cancel_timers()
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def guarded_protocol(settings: Settings) -> type[GuardedHttpToolsProtocol]:
+    """The protocol class with this gateway's bounds: uvicorn builds one per connection from the
+    class alone, so the bounds travel on it."""
+
+    class Guarded(GuardedHttpToolsProtocol):
+        max_head_bytes = settings.max_header_bytes
+        head_timeout_s = settings.header_timeout_s
+        body_timeout_s = settings.body_timeout_s
+
+    return Guarded
+
+
+def uvicorn_config(
+    app: ASGIApp,
+    settings: Settings,
+    *,
+    loop: str = "uvloop",
+    graceful_shutdown_s: int = 30,
+    log_level: str | None = None,
+) -> uvicorn.Config:
+    """The one uvicorn configuration of the gateway, for `sluicegate serve`, the demo and the tests
+    alike (which differ only in the event loop: tests run on asyncio)."""
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        loop=loop,
+        http=guarded_protocol(settings),
+        # No WebSocket route exists; an upgrade must not hand the socket to an unguarded protocol.
+        ws="none",
+        # Who the client is comes from the socket: the gateway weighs X-Forwarded-For itself,
+        # against its own trusted proxies (gateway/proxy/forwarding.py), never uvicorn's list.
+        proxy_headers=False,
+        lifespan="on",
+        # uvicorn hands it to loop.call_later, which takes fractions of a second too.
+        timeout_keep_alive=settings.keep_alive_timeout_s,  # type: ignore[arg-type]
+        timeout_graceful_shutdown=graceful_shutdown_s,
+        # Our own access log (gateway/edge/middleware.py) has the request id; uvicorn's does not.
+        access_log=False,
+        # uvicorn's records reach the root logger, configured by gateway/observability/logs.py.
+        log_config=None,
+        log_level=log_level,
+    )
