@@ -118,8 +118,10 @@ def split_cpus(no_pin: bool) -> tuple[list[int], set[int] | None, set[int] | Non
 
 
 def _git(*args: str) -> str:
+    # The checkout whose gateway runs: SLUICEGATE_BENCH_GATEWAY_SRC when set (harness/procs.py).
+    checkout = os.environ.get("SLUICEGATE_BENCH_GATEWAY_SRC") or str(REPO)
     return subprocess.run(
-        ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=5
+        ["git", "-C", checkout, *args], capture_output=True, text=True, timeout=5
     ).stdout.strip()
 
 

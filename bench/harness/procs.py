@@ -191,13 +191,14 @@ def start_server(
     *,
     cpus: set[int] | None = None,
     env: dict[str, str] | None = None,
+    cwd: str | Path = REPO,
     timeout_s: float = 20.0,
 ) -> subprocess.Popen[bytes]:
     """Starts an HTTP server logging to `log_path` and waits until `ready_url` answers 200."""
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
             argv,
-            cwd=REPO,
+            cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
@@ -274,11 +275,15 @@ def gateway_stack(
         # Another checkout's gateway (say, main before a change) against this run's baselines.
         other = os.environ.get("SLUICEGATE_BENCH_GATEWAY_SRC")
         if other:
+            # `python -m` puts its working directory first on sys.path: it must be the other
+            # checkout, or this one's gateway is what runs.
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (other, env.get("PYTHONPATH"))))
         base = f"http://127.0.0.1:{port}"
         log_path = Path(tmp) / "gateway.log"
         argv = [sys.executable, "-m", "gateway", "serve"]
-        gateway = start_server(children, "gateway", argv, base + "/readyz", log_path, cpus=gw_cpus, env=env)
+        gateway = start_server(
+            children, "gateway", argv, base + "/readyz", log_path, cpus=gw_cpus, env=env, cwd=other or REPO
+        )
         pin(gateway.pid, gw_cpus)  # any thread started during boot, too
         http_json("POST", base + "/admin/v1/teams", admin_token, {"name": "bench"})
         key = http_json("POST", base + "/admin/v1/keys", admin_token, {"team": "bench", "rpm": 1_000_000_000})
