@@ -28,7 +28,7 @@ from gateway.admin.models import admin_model_routes
 from gateway.admin.routes import admin_routes
 from gateway.config import ModelTable, Settings
 from gateway.discovery.kubernetes import start_discovery
-from gateway.edge import api, openapi
+from gateway.edge import api, openapi, unknown_routes
 from gateway.edge.middleware import RequestContextMiddleware
 from gateway.errors import ErrorCode, GatewayError, from_http_status
 from gateway.keys.auth import Authenticator
@@ -37,7 +37,7 @@ from gateway.limits.admission import RateLimiter
 from gateway.metering.meter import Meter
 from gateway.metering.spool import Spool
 from gateway.observability.metrics import Metrics
-from gateway.proxy.dialects import openai
+from gateway.proxy.dialects import anthropic_routes, openai, responses, responses_stored
 from gateway.proxy.forwarding import Forwarding, trusted_networks
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.upstream import Upstream, new_session
@@ -57,6 +57,8 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
+    if exc.status_code in (404, 405):  # no such route, or not this method: in the caller's family
+        return unknown_routes.answer(request, exc.status_code, exc.headers)
     return from_http_status(exc.status_code, str(exc.detail)).response(exc.headers)
 
 
@@ -175,7 +177,13 @@ def create_app(
         Route("/v1/chat/completions", api.ProxyEndpoint(openai.CHAT), methods=["POST"]),
         Route("/v1/completions", api.ProxyEndpoint(openai.COMPLETIONS), methods=["POST"]),
         Route("/v1/embeddings", api.ProxyEndpoint(openai.EMBEDDINGS), methods=["POST"]),
+        Route("/v1/responses", api.ProxyEndpoint(responses.RESPONSES), methods=["POST"]),
+        *responses_stored.stored_routes(),
+        Route("/v1/messages", anthropic_routes.Messages(), methods=["POST"]),
+        Route("/v1/messages/count_tokens", anthropic_routes.CountTokens(settings), methods=["POST"]),
         Route("/v1/models", api.list_models, methods=["GET"]),
+        # `:path`: model names may hold a `/` (`meta-llama/Llama-3-8B`)
+        Route("/v1/models/{model:path}", api.retrieve_model, methods=["GET"]),
         *admin_routes(),
         *admin_model_routes(),
         Route("/metrics", metrics_endpoint, methods=["GET"]),

@@ -100,7 +100,7 @@ def _check_admin_token(request: Request, deps: AdminDeps, expected: str) -> None
     # Never the presented value: it may be the real token with a typo.
     log.warning(
         "admin token rejected: peer=%s path=%s presented=%s",
-        address or "-",
+        loggable(address or "-"),
         loggable(path),
         "yes" if given else "no",
     )
@@ -268,10 +268,11 @@ async def usage(request: Request, deps: AdminDeps) -> Response:
     team = request.query_params.get("team")
     teams = [_team_name(team)] if team else await deps.keystore.list_teams()
     rows = await deps.meter.report(teams, _date(request, "since"), _date(request, "until"))
-    for name in ("key", "model"):
+    # `api` is a row's client API (chat, messages, …); rows written before usage had it show null.
+    for name, column in (("key", "key_id"), ("model", "model"), ("api", "api")):
         wanted = request.query_params.get(name)
         if wanted:
-            rows = [r for r in rows if r["key_id" if name == "key" else "model"] == wanted]
+            rows = [r for r in rows if r[column] == wanted]
     if request.query_params.get("format") == "csv":
         out = io.StringIO()
         if rows:

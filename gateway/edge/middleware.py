@@ -16,14 +16,16 @@ from gateway.proxy.context import RequestContext, client_request_id, new_request
 
 access_log = logging.getLogger("sluicegate.access")
 _QUIET_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
-# Routing sees the decoded path, so `/admin%2Fv1/teams` would reach `/admin/v1/teams` past an
-# ingress rule that matches the raw `/admin/`: an encoded slash or backslash is refused instead.
-_ENCODED_SEPARATORS = (b"%2f", b"%5c")
+# Routing sees the decoded path, so `/admin%2Fv1/teams` or `/%61dmin/v1/teams` would reach
+# `/admin/v1/teams` past an ingress rule that matches the raw `/admin/`. No route of the gateway
+# needs percent-encoding, so any is refused...
+# ...except in a model name, where the OpenAI SDK encodes a `/` (`models.retrieve("org/model")`):
+# behind this raw prefix, the decoded path can only reach the model route, whatever follows.
+_MODEL_PATH = b"/v1/models/"
 
 
 def _hides_a_separator(raw_path: bytes) -> bool:
-    lowered = raw_path.lower()
-    return any(encoded in lowered for encoded in _ENCODED_SEPARATORS)
+    return b"%" in raw_path and not raw_path.startswith(_MODEL_PATH)
 
 
 class RequestContextMiddleware:
@@ -57,7 +59,8 @@ class RequestContextMiddleware:
         try:
             if _hides_a_separator(scope.get("raw_path") or b""):
                 refusal = GatewayError(
-                    ErrorCode.INVALID_REQUEST, "The path must not contain an encoded '/' or '\\'."
+                    ErrorCode.INVALID_REQUEST,
+                    "The path must not be percent-encoded (except a model name under /v1/models/).",
                 )
                 await refusal.response()(scope, receive, send_with_id)
                 return
@@ -71,7 +74,9 @@ class RequestContextMiddleware:
         status = ctx.status or 500
         if path.startswith("/v1/"):
             model = ctx.model or UNKNOWN_MODEL
-            self.metrics.child(self.metrics.requests, model, ctx.team or "none", str(status)).inc()
+            # `api` is a dialect's name (or "models"): set by the code, never by the client.
+            api = ctx.api or "none"
+            self.metrics.child(self.metrics.requests, model, ctx.team or "none", api, str(status)).inc()
             if ctx.model:
                 self.metrics.child(self.metrics.request_duration, model).observe(elapsed)
         level = logging.DEBUG if path in _QUIET_PATHS else logging.INFO

@@ -84,10 +84,17 @@ def _ok(schema: Schema, description: str = "OK", status: int = 200, media: str =
     }
 
 
+def _security(scheme: str | None) -> list[Schema]:
+    # An API key may come as a bearer token or, for Anthropic's SDKs, in `x-api-key`: either one.
+    if scheme == "apiKey":
+        return [{"apiKey": []}, {"apiKeyHeader": []}]
+    return [{scheme: []}] if scheme else []
+
+
 def _op(summary: str, responses: Schema, security: str | None, **extra: Any) -> Schema:
     op: Schema = {
         "summary": summary,
-        "security": [{security: []}] if security else [],
+        "security": _security(security),
         "parameters": [{"$ref": "#/components/parameters/RequestId"}, *extra.pop("parameters", [])],
         "responses": responses,
     }
@@ -106,6 +113,59 @@ def _proxy(summary: str, body: Schema) -> Schema:
     return {"post": _op(summary, {**answer, **_errors(*_PROXY_ERRORS)}, "apiKey", body=body, tags=["openai"])}
 
 
+def _anthropic_errors(*statuses: int | str) -> Schema:
+    """The Anthropic routes' errors, in Anthropic's envelope (gateway.proxy.dialects.anthropic_errors)."""
+    out: Schema = {}
+    for status in statuses:
+        out[str(status)] = {
+            "description": "A worker's own refusal, with its status."
+            if status == _ANY_4XX
+            else "Error: Anthropic's type for this status (529: `overloaded_error`, no worker free).",
+            "headers": _headers(),
+            "content": {_JSON: {"schema": {"$ref": "#/components/schemas/AnthropicError"}}},
+        }
+    return out
+
+
+def _anthropic_paths() -> Schema:
+    answer = _ok(
+        {"type": "object"},
+        "A Messages answer; Messages SSE events (text/event-stream) when `stream` is true.",
+    )
+    # Each event named (`event: message_start` ...) as well as typed in its data.
+    event = {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+    }
+    answer["200"]["content"]["text/event-stream"] = {"schema": event}
+    count = _ok(
+        {"type": "object", "required": ["input_tokens"], "properties": {"input_tokens": {"type": "integer"}}},
+        "The gateway's estimate (`x-sluicegate-token-count: estimate`): no worker is asked.",
+    )
+    errors = (400, 401, 403, 404, 413, 429, 502, 503, 504, 529, _ANY_4XX)
+    return {
+        "/v1/messages": {
+            "post": _op(
+                "Anthropic Messages, translated to the worker's chat contract",
+                {**answer, **_anthropic_errors(*errors)},
+                "apiKey",
+                body=s.anthropic_messages_body(needs_max_tokens=True),
+                tags=["anthropic"],
+            )
+        },
+        "/v1/messages/count_tokens": {
+            "post": _op(
+                "The input tokens of a Messages body",
+                {**count, **_anthropic_errors(400, 401, 403, 404, 413, 503)},
+                "apiKey",
+                body=s.anthropic_messages_body(needs_max_tokens=False),
+                tags=["anthropic"],
+            )
+        },
+    }
+
+
 def _admin(summary: str, ok: Schema, *errors: int, **extra: Any) -> Schema:
     responses = {**ok, **_errors(*sorted({*_ADMIN_ERRORS, *errors}), admin=True)}
     return _op(summary, responses, "adminToken", tags=["admin"], **extra)
@@ -119,6 +179,42 @@ def _path(name: str, schema: Schema) -> Schema:
     return {"name": name, "in": "path", "required": True, "schema": schema}
 
 
+def _responses_path() -> Schema:
+    path = _proxy(
+        "OpenAI Responses, translated to the worker's chat contract (stateless)", s.responses_body()
+    )
+    # Each event named (`event: response.created` ...) as well as typed in its data.
+    event = {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+    }
+    path["post"]["responses"]["200"]["content"]["text/event-stream"] = {"schema": event}
+    return path
+
+
+def _stored_responses_paths() -> Schema:
+    """gateway.proxy.dialects.responses_stored: translated pools store nothing, so always a 404."""
+    response_id = _path("response_id", {"type": "string"})
+
+    def op(summary: str) -> Schema:
+        # 400: an id holding an encoded slash or backslash (refused on every path: edge.middleware).
+        return _op(summary, _errors(400, 401, 404, 503), "apiKey", tags=["openai"], parameters=[response_id])
+
+    return {
+        "/v1/responses/{response_id}": {
+            "get": op("A stored response (none on translated pools: 404)"),
+            "delete": op("Delete a stored response (none on translated pools: 404)"),
+        },
+        "/v1/responses/{response_id}/cancel": {
+            "post": op("Cancel a background response (none on translated pools: 404)")
+        },
+        "/v1/responses/{response_id}/input_items": {
+            "get": op("A stored response's input items (none on translated pools: 404)")
+        },
+    }
+
+
 def _openai_paths() -> Schema:
     return {
         "/v1/chat/completions": _proxy(
@@ -128,12 +224,23 @@ def _openai_paths() -> Schema:
             "Text completion", s.openai_body("prompt", s.text_input(), can_stream=True)
         ),
         "/v1/embeddings": _proxy("Embeddings", s.openai_body("input", s.text_input(), can_stream=False)),
+        "/v1/responses": _responses_path(),
+        **_stored_responses_paths(),
         "/v1/models": {
             "get": _op(
                 "The models (and aliases) the caller's key may use",
                 {**_ok(s.listing({"type": "object"})), **_errors(401, 503)},
                 "apiKey",
                 tags=["openai"],
+            )
+        },
+        "/v1/models/{model}": {
+            "get": _op(
+                "One model or alias the caller's key may use, as its entry in `/v1/models`",
+                {**_ok({"type": "object"}), **_errors(401, 404, 503)},
+                "apiKey",
+                tags=["openai"],
+                parameters=[_path("model", {"type": "string"})],
             )
         },
     }
@@ -206,7 +313,8 @@ def _admin_paths() -> Schema:
         },
         "/admin/v1/usage": {
             "get": _admin(
-                "Metered usage per day, team, key and model",
+                "Metered usage per day, team, key, model and client API (`api`; null for usage "
+                "recorded before the api was)",
                 usage_ok,
                 400,
                 404,
@@ -214,6 +322,12 @@ def _admin_paths() -> Schema:
                     _query("team", s.team_filter(), "Only this team (default: every team)."),
                     _query("key", {"type": "string"}, "Only this key id."),
                     _query("model", {"type": "string"}, "Only this model."),
+                    _query(
+                        "api",
+                        {"type": "string"},
+                        "Only this client API (`chat`, `completions`, `embeddings`, `messages`, "
+                        "`responses`).",
+                    ),
                     _query("since", s.date(), "First day (UTC), YYYY-MM-DD."),
                     _query("until", s.date(), "Last day (UTC), YYYY-MM-DD."),
                     _query("format", {"type": "string"}, "`csv` for CSV; anything else is JSON."),
@@ -260,9 +374,9 @@ def document() -> Schema:
             "description": "An OpenAI-compatible gateway for self-hosted LLMs, and its admin API. "
             "Every error, on every route, is the `Error` envelope.",
         },
-        "paths": {**_openai_paths(), **_admin_paths(), **_operations_paths()},
+        "paths": {**_openai_paths(), **_anthropic_paths(), **_admin_paths(), **_operations_paths()},
         "components": {
-            "schemas": {"Error": s.error()},
+            "schemas": {"Error": s.error(), "AnthropicError": s.anthropic_error()},
             "parameters": {
                 "RequestId": {
                     "name": "x-request-id",
@@ -274,6 +388,12 @@ def document() -> Schema:
             },
             "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer", "description": "A key from the admin API."},
+                "apiKeyHeader": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "x-api-key",
+                    "description": "The same key, as Anthropic's SDKs send it.",
+                },
                 "adminToken": {"type": "http", "scheme": "bearer", "description": "SLUICEGATE_ADMIN_TOKEN."},
             },
         },

@@ -15,6 +15,7 @@ from gateway.errors import ErrorCode
 from gateway.keys.store import TEAM_NAME_RE
 from gateway.limits.spec import MAX_LIMIT, TOKEN_COUNTS
 from gateway.model_table import MODEL_NAME_RE
+from gateway.proxy.dialects.anthropic_errors import ERROR_TYPES as ANTHROPIC_ERROR_TYPES
 from gateway.proxy.dialects.openai import MAX_CHOICES
 from gateway.proxy.usage import MAX_TOKENS
 
@@ -84,6 +85,59 @@ def messages() -> Schema:
 
 def text_input() -> Schema:
     return {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1}]}
+
+
+def responses_body() -> Schema:
+    """gateway.proxy.dialects.responses_request: what it checks at the top level (items, tools and
+    formats are checked there too, and named in its 400s). Settings that need a stored response
+    are refused on translated pools."""
+    stored_only = {"type": "null", "description": "Needs a stored response: refused on translated pools."}
+    string_or_null = nullable({"type": "string"})
+    function_tool = {
+        "type": "object",
+        "required": ["type", "name"],
+        "properties": {
+            "type": {"const": "function"},
+            "name": {"type": "string", "minLength": 1},
+            "parameters": nullable({"type": "object"}),
+        },
+    }
+    named_function = {
+        "type": "object",
+        "required": ["type", "name"],
+        "properties": {"type": {"const": "function"}, "name": {"type": "string", "minLength": 1}},
+    }
+    properties: Schema = {
+        "model": {"type": "string", "minLength": 1, "description": "A model name or alias (GET /v1/models)."},
+        "input": {
+            "anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "object"}}]
+        },
+        "instructions": string_or_null,
+        "stream": nullable({"type": "boolean"}),
+        "max_output_tokens": _int(
+            1, "Also what a request reserves against token limits (default 1024).", maximum=MAX_TOKENS
+        ),
+        "temperature": nullable({"type": "number"}),
+        "top_p": nullable({"type": "number"}),
+        "parallel_tool_calls": nullable({"type": "boolean"}),
+        "tools": nullable({"type": "array", "items": function_tool}),
+        "tool_choice": {"anyOf": [{"enum": ["auto", "none", "required", None]}, named_function]},
+        "text": nullable({"type": "object", "properties": {"format": nullable({"type": "object"})}}),
+        "reasoning": nullable({"type": "object", "properties": {"effort": string_or_null}}),
+        "user": string_or_null,
+        "store": {"enum": [False, None], "description": "`true` needs a stored response."},
+        "background": {"enum": [False, None], "description": "`true` needs a stored response."},
+        "previous_response_id": stored_only,
+        "conversation": stored_only,
+    }
+    return {
+        "type": "object",
+        "required": ["model", "input"],
+        "properties": properties,
+        "additionalProperties": True,
+        "description": "OpenAI's Responses body, translated to the worker's chat contract; fields "
+        "the chat contract has no use for are ignored.",
+    }
 
 
 def team_name() -> Schema:
@@ -229,5 +283,73 @@ def error() -> Schema:
                     "code": {"enum": sorted({c.wire_code for c in ErrorCode})},
                 },
             }
+        },
+    }
+
+
+def anthropic_messages_body(*, needs_max_tokens: bool) -> Schema:
+    """gateway.proxy.dialects.anthropic_request.translate: what it checks at the top level; the
+    content blocks are checked there too, and named in its 400s."""
+    object_or_null = nullable({"type": "object"})
+    properties: Schema = {
+        "model": {"type": "string", "minLength": 1, "description": "A model name or alias (GET /v1/models)."},
+        "max_tokens": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_TOKENS,
+            "description": "Also what a request reserves against token limits.",
+        },
+        "messages": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["role", "content"],
+                "properties": {
+                    "role": {"enum": ["user", "assistant"]},
+                    "content": {"anyOf": [{"type": "string"}, {"type": "array"}]},
+                },
+            },
+        },
+        "system": nullable({"anyOf": [{"type": "string"}, {"type": "array"}]}),
+        "stream": nullable({"type": "boolean"}),
+        "temperature": nullable({"type": "number"}),
+        "top_p": nullable({"type": "number"}),
+        "top_k": nullable({"type": "integer"}),
+        "stop_sequences": nullable({"type": "array", "items": {"type": "string", "minLength": 1}}),
+        "tools": nullable({"type": "array", "items": {"type": "object"}}),
+        "tool_choice": object_or_null,
+        "metadata": object_or_null,
+        "thinking": object_or_null,
+    }
+    if not needs_max_tokens:
+        properties["max_tokens"] = nullable(properties["max_tokens"])
+        properties.pop("stream")
+    return {
+        "type": "object",
+        "required": ["model", "messages", *(["max_tokens"] if needs_max_tokens else [])],
+        "properties": properties,
+        "additionalProperties": True,
+        "description": "Anthropic's Messages body, translated to the worker's chat contract.",
+    }
+
+
+def anthropic_error() -> Schema:
+    """gateway.proxy.dialects.anthropic_errors: Anthropic's envelope, on the Anthropic routes."""
+    return {
+        "type": "object",
+        "required": ["type", "error"],
+        "additionalProperties": False,
+        "properties": {
+            "type": {"const": "error"},
+            "error": {
+                "type": "object",
+                "required": ["type", "message"],
+                "additionalProperties": False,
+                "properties": {
+                    "type": {"enum": sorted(ANTHROPIC_ERROR_TYPES)},
+                    "message": {"type": "string"},
+                },
+            },
         },
     }

@@ -26,6 +26,11 @@ from gateway.config import Settings
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.disconnect import ABORT_EXTENSION
 
+# Requests a client may queue behind the one being answered (HTTP/1.1 pipelining). uvicorn pauses
+# reading once one is queued, but every head already in the bytes it read is parsed and queued:
+# a client that pipelines tiny requests without reading the answers would grow the queue forever.
+MAX_PIPELINED = 16
+
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, with a cap and a timer on each request head, and a cap in time
@@ -104,6 +109,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._trailer_bytes = 0
         self._cancel_head_timer()
         super().on_headers_complete()
+        if len(self.pipeline) > MAX_PIPELINED:
+            self._close()
+
+    def timeout_keep_alive_handler(self) -> None:
+        # uvicorn closes gracefully, which waits for the client to read what is buffered: one
+        # that never reads would hold the socket and the buffer forever.
+        self._close()
 
     def on_chunk_header(self) -> None:
         self._maybe_in_trailers = True
@@ -180,8 +192,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._cancel_drain_timer()
 
     def _close(self) -> None:
+        """Closes at once: a graceful close waits for the client to read what is buffered, which a
+        client that stopped reading never does."""
         self._cancel_timers()
-        if not self.transport.is_closing():
+        if self.transport.get_write_buffer_size():
+            self.transport.abort()
+        elif not self.transport.is_closing():
             self.transport.close()
 
 

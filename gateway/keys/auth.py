@@ -1,4 +1,5 @@
-"""Bearer-key authentication with a short local cache.
+"""API-key authentication (`Authorization: Bearer <key>` or `x-api-key: <key>`) with a short
+local cache.
 
 The cache saves a Redis round trip per request. Revocations and rotations are published on a
 Redis channel that every replica follows, dropping the entry at once; the TTL (1 s by default)
@@ -40,6 +41,21 @@ def bearer_token(headers: Headers) -> str | None:
     return token or None
 
 
+def api_key(headers: Headers) -> str | None:
+    """The client's key, from `Authorization: Bearer` (OpenAI's SDKs) or `x-api-key` (Anthropic's).
+    Both may come (a proxy or SDK that adds one on top of the other); two different keys are
+    refused rather than one picked: which team pays must never depend on header precedence.
+    Only client routes take `x-api-key`: the admin API reads its token with `bearer_token`."""
+    bearer = bearer_token(headers)
+    header = (headers.get("x-api-key") or "").strip() or None
+    if bearer is not None and header is not None and bearer != header:
+        raise GatewayError(
+            ErrorCode.INVALID_API_KEY,
+            "Two different API keys: send one key, as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
+        )
+    return bearer or header
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling: the key, and its team's limits (which apply on top of the key's own)."""
@@ -61,11 +77,11 @@ class Authenticator:
         self._loading: dict[str, asyncio.Future[KeyRecord | LimitSet | None]] = {}
 
     async def authenticate(self, headers: Headers) -> Principal:
-        token = bearer_token(headers)
+        token = api_key(headers)
         if token is None:
             raise GatewayError(
                 ErrorCode.INVALID_API_KEY,
-                "Missing API key: send it as 'Authorization: Bearer <key>'.",
+                "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
             )
         record = await self._cached(hash_secret(token), self._store.lookup)
         if not isinstance(record, KeyRecord):

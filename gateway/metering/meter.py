@@ -1,10 +1,15 @@
-"""Per team, key, model and UTC day usage in Redis: one script call per finished request.
+"""Per team, key, model, client API and UTC day usage in Redis: one script call per finished
+request.
 
-    sg:{t:<team>}:usage:<YYYY-MM-DD>   HASH  "<key_id>|<model>|<counter>" -> integer
+    sg:{t:<team>}:usage:<YYYY-MM-DD>   HASH  "<key_id>|<model>|<api>|<counter>" -> integer
     sg:{t:<team>}:usage-days           SET   days that have usage
     sg:{t:<team>}:req:<request_id>     STR   marker that makes a retried write count once
 
-Counters: requests, prompt_tokens, completion_tokens, errors, disconnects.
+Counters: requests, prompt_tokens, completion_tokens, errors, disconnects. The api (`chat`,
+`completions`, `embeddings`, `messages`, `responses`) is a field of the same hash, so the keys did
+not change when it came: fields written before it, `"<key_id>|<model>|<counter>"`, are read as
+usage with no api (`null` in a report) and stay until the day's hash expires. Key ids, model names
+and api names never hold a `|`, so the number of parts tells the two layouts apart.
 """
 
 from __future__ import annotations
@@ -41,12 +46,19 @@ def _keys(usage: UsageRecord) -> list[str]:
     ]
 
 
+def _field_prefix(usage: UsageRecord) -> str:
+    # A record spooled before the api existed has none: it is written in the layout it came from.
+    if usage.api:
+        return f"{usage.key_id}|{usage.model}|{usage.api}"
+    return f"{usage.key_id}|{usage.model}"
+
+
 def _args(usage: UsageRecord) -> list[str | int]:
     return [
         _MARKER_TTL_S,
         _USAGE_TTL_S,
         usage.day,
-        f"{usage.key_id}|{usage.model}",
+        _field_prefix(usage),
         usage.prompt_tokens,
         usage.completion_tokens,
         int(usage.error),
@@ -174,7 +186,7 @@ class Meter:
     async def report(
         self, teams: list[str], since: dt.date | None, until: dt.date | None
     ) -> list[dict[str, object]]:
-        """Rows per team, key, model and day, oldest first; since/until are inclusive. This
+        """Rows per team, key, model, api and day, oldest first; since/until are inclusive. This
         replica's pending writes go first, so its own answers are always in the report."""
         await self.flush()
         rows: list[dict[str, object]] = []
@@ -199,15 +211,19 @@ class Meter:
 
 
 def _rows_of_day(team: str, day: str, raw: dict[bytes, bytes]) -> list[dict[str, object]]:
-    grouped: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+    grouped: dict[tuple[str, str, str], dict[str, int]] = defaultdict(dict)
     for field, value in raw.items():
-        key_id, model, counter = field.decode().rsplit("|", 2)
-        grouped[(key_id, model)][counter] = int(value)
+        key_id, model, *rest = field.decode().split("|")
+        api = rest[0] if len(rest) == 2 else ""  # old layout: "<key_id>|<model>|<counter>"
+        grouped[(key_id, model, api)][rest[-1]] = int(value)
     rows: list[dict[str, object]] = []
-    for (key_id, model), counters in sorted(grouped.items()):
+    for (key_id, model, api_name), counters in sorted(grouped.items()):
         row: dict[str, object] = {"team": team, "key_id": key_id, "model": model, "day": day}
         for name in COUNTERS:
             row[name] = counters.get(name, 0)
         row["total_tokens"] = counters.get("prompt_tokens", 0) + counters.get("completion_tokens", 0)
+        # Last, so CSV readers that go by column position still read what they did before; null
+        # (an empty CSV cell) for usage written before it was recorded.
+        row["api"] = api_name or None
         rows.append(row)
     return rows

@@ -21,6 +21,9 @@ class UsageRecord:
     settlements: tuple[tuple[str, str, str], ...] = ()
     # An admission whose reply was lost: give back what it charged, if it did; meter nothing.
     void: bool = False
+    # The client API (a dialect's name). "" in a record spooled before usage had it: it is then
+    # metered as the old layout wrote it, which reports show with no api.
+    api: str = ""
 
     @staticmethod
     def today() -> str:

@@ -1,8 +1,8 @@
 """Prometheus metrics, one registry per app (so tests and several apps in one process never mix).
 
 Labels stay low-cardinality: model (a configured name, never a client's arbitrary string), team,
-status code, reason, and for routing a pool name and an endpoint's address. Never a key, key id or
-user: per-key usage lives in Redis metering.
+api (a dialect's name, fixed in the code), status code, reason, and for routing a pool name and an
+endpoint's address. Never a key, key id or user: per-key usage lives in Redis metering.
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "sluicegate_requests_total",
-            "API requests answered, by model, team and HTTP status code.",
-            ["model", "team", "code"],
+            "API requests answered, by model, team, client API (chat, completions, embeddings, "
+            "messages, responses, models) and HTTP status code.",
+            ["model", "team", "api", "code"],
             registry=r,
         )
         self.request_duration = Histogram(

@@ -5,7 +5,9 @@ Stripped: the client's credentials (a worker, or whoever registered its endpoint
 a Sluicegate key), hop-by-hop headers (RFC 9110 §7.6.1, including any the client names in
 `Connection:`), headers that describe the client's own connection or body (the gateway's request
 to the worker has its own), and every client-written claim about where the request came from
-(`Forwarded`, `X-Forwarded-*`, `X-Real-IP`). The gateway then says itself who the client is:
+(`Forwarded`, `X-Forwarded-*`, `X-Real-IP`), and Anthropic's protocol headers (`anthropic-version`,
+`anthropic-beta`: the gateway speaks that API itself, and a worker behind the OpenAI contract must
+not read them as its own). The gateway then says itself who the client is:
 `X-Forwarded-For` is the peer's address, extended (not replaced) only when that peer is a
 configured trusted proxy, whose own `X-Forwarded-For`/`X-Forwarded-Proto` are then believed.
 Everything else (tracing headers, `OpenAI-Organization`, …) reaches the worker unchanged.
@@ -56,6 +58,9 @@ _NOT_FORWARDED = frozenset(
         # ids: the gateway's own go out under these names
         b"x-request-id",
         b"x-client-request-id",
+        # Anthropic's API version and betas: meant for the gateway's Messages API, not the worker
+        b"anthropic-version",
+        b"anthropic-beta",
     }
 )
 

@@ -249,7 +249,17 @@ class Pipeline:
             outcome.invalid_usage = True
             outcome.estimated_completion = dialect.estimated_completion_tokens(answer)
         content = dialect.whole(call, answer, body, answer_name)
-        await Response(content, headers=headers, media_type="application/json")(scope, receive, send)
+        try:
+            # uvicorn's send waits while the client's socket buffer is full: a client that stops
+            # reading must not hold its request (and its limits) open forever.
+            async with asyncio.timeout(model.timeouts.idle):
+                await Response(content, headers=headers, media_type="application/json")(scope, receive, send)
+        except TimeoutError:
+            outcome.disconnected = True
+            ctx.status = CLIENT_CLOSED
+            abort = client_abort(scope)
+            if abort is not None:
+                abort()
 
     async def _read(
         self, upstream: UpstreamResponse, model: ModelConfig, head_deadline: float, *, stream: bool

@@ -229,7 +229,7 @@ class StreamRelay:
             return
         # A stream that timed out or ended before its first output counts against the endpoint; one
         # that failed later had already been judged by its first output.
-        self._upstream.failed(failure)
+        self._upstream.failed(failure, provoked=outcome.error_reason == "event_too_large")
         if failure is None:
             outcome.error_reason = "stream_truncated"
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream ended early.")

@@ -128,5 +128,6 @@ class Settlement:
                 disconnected=ending is Ending.DISCONNECTED,
                 day=UsageRecord.today(),
                 settlements=tuple(self.admission.settlements(prompt, completion)),
+                api=ctx.api,
             )
         )

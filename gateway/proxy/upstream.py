@@ -49,11 +49,14 @@ class UpstreamResponse:
         """The stream's first output came in time: the endpoint's verdict for this request."""
         self.report(SERVED)
 
-    def failed(self, error: GatewayError | None) -> None:
-        """A stream that ended before its first output: timing out may be the request's own doing
-        (a huge prompt); breaking off or ending early (`error` None) is the endpoint's."""
+    def failed(self, error: GatewayError | None, *, provoked: bool = False) -> None:
+        """A stream that ended before its first output: timing out, or an event too large (a long
+        prompt's `prompt_logprobs`), may be the request's own doing (`provoked`); breaking off or
+        ending early (`error` None) is the endpoint's."""
         timed_out = error is not None and error.code is ErrorCode.UPSTREAM_TIMEOUT
-        self.report(Verdict(VerdictKind.REQUEST_FAILED, self.team) if timed_out else ENDPOINT_FAILED)
+        self.report(
+            Verdict(VerdictKind.REQUEST_FAILED, self.team) if timed_out or provoked else ENDPOINT_FAILED
+        )
 
     def report(self, verdict: Verdict) -> None:
         """The endpoint's health verdict for this request, once (later calls are ignored)."""

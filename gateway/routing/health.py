@@ -13,7 +13,8 @@ probe takes it out of rotation (the monitor's rule, unhealthy until a probe pass
 
 Only the trial request's verdict counts while an endpoint is ejected: requests that were already
 in flight when it was ejected would otherwise stretch the backoff for failures it was ejected for.
-Any failed trial ejects again: the endpoint was already judged out.
+A trial that fails for a reason no request can cause ejects again; one that fails in a way its
+own request may have provoked decides nothing, and the next request is the next trial.
 """
 
 from __future__ import annotations
@@ -91,6 +92,11 @@ def _record_failure(
     if trial:
         endpoint.trial_inflight = False
         if endpoint.ejected_until is not None:
+            if verdict.kind is VerdictKind.REQUEST_FAILED:
+                # This request's own failure tells nothing about the endpoint: the next request,
+                # maybe another team's, is the next trial. (Re-ejecting would let one team keep a
+                # shared endpoint out for everyone.)
+                return Change.NONE
             _eject(endpoint, config, now)
             return Change.EJECTED
     if endpoint.ejected_until is not None:

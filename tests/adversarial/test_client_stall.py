@@ -199,3 +199,60 @@ def test_the_relay_cuts_a_stalled_client_without_writing_to_it_again() -> None:
     assert all(b'"error"' not in b for b in bodies), "the relay tried to send an error to a stalled client"
     assert outcome.disconnected, "a stalled client is settled as one that left"
     assert outcome.error_reason is None, "a client that stopped reading is not the worker's error"
+
+
+async def _whole_answers(worker: ScriptedWorker, request: Any, reader: Any, writer: Any) -> None:
+    """The first request gets a whole answer far larger than the socket buffers between the
+    gateway and a client that never reads; later ones a short one."""
+    content = "x" * (8 * 1024 * 1024) if len(worker.received()) == 1 else "ok"
+    body = json.dumps(
+        {
+            "id": "chatcmpl-review",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": MODEL,
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+            ],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+        }
+    ).encode()
+    writer.write(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        + b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+        + body
+    )
+    await writer.drain()
+
+
+def test_a_client_that_stops_reading_whole_answers_is_cut_and_settled(make_gateway: GatewayFactory) -> None:
+    """Two pipelined requests from a client that reads nothing: the first answer fills every
+    buffer on the way, so the second answer's write waits on it. That wait is bounded by `idle`:
+    the client is cut and the second request settled as a departure; the first was handed over."""
+    with run_scripted(_whole_answers) as worker, make_gateway(_one_slot_table(worker.url)) as gw:
+        stalled_key, other_key = gw.new_key(), gw.new_key()
+        host, port = gw.url.removeprefix("http://").split(":")
+        body = json.dumps({"model": MODEL, "messages": HELLO}).encode()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once: never read
+            sock.settimeout(DEADLINE_S)
+            sock.connect((host, int(port)))
+            head = (
+                "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                f"authorization: Bearer {stalled_key['key']}\r\ncontent-length: {len(body)}\r\n\r\n"
+            )
+            sock.sendall((head.encode() + body) * 2)
+            totals = wait_requests_metered(gw, stalled_key["team"], 2)
+            assert totals["disconnects"] == 1, f"the stalled client's requests were settled as {totals}"
+            assert _drained_to_its_end(sock), "the stalled client's connection was left open"
+            wait_inflight_zero(gw)
+            reply = post(
+                gw.url + "/v1/chat/completions",
+                {"model": MODEL, "messages": HELLO},
+                key=other_key["key"],
+                timeout=DEADLINE_S,
+            )
+            assert reply.status == 200, f"another team was refused after the stall: {reply.body[:300]!r}"
+        finally:
+            sock.close()

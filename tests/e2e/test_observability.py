@@ -57,8 +57,8 @@ def test_metrics_parse_and_count_what_happened(gateway: Gateway) -> None:
     samples = _samples(gateway)
     team = key["team"]
     requests = samples["sluicegate_requests_total"]
-    assert requests[(("code", "200"), ("model", FAKE_MODEL), ("team", team))] == 3
-    assert requests[(("code", "429"), ("model", FAKE_MODEL), ("team", team))] == 1
+    assert requests[(("api", "chat"), ("code", "200"), ("model", FAKE_MODEL), ("team", team))] == 3
+    assert requests[(("api", "chat"), ("code", "429"), ("model", FAKE_MODEL), ("team", team))] == 1
     tokens = samples["sluicegate_tokens_total"]
     assert tokens[(("model", FAKE_MODEL), ("team", team), ("type", "completion"))] == 4 + 6 + 8
     assert tokens[(("model", FAKE_MODEL), ("team", team), ("type", "prompt"))] == 2 * 3

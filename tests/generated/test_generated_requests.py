@@ -87,7 +87,8 @@ def test_generated_request(case: Case[Any], live: Live) -> None:
     _real_model(case)
     headers = {**_credentials(case, live), "X-Forwarded-For": live.new_client()}
     response = case.call_and_validate(base_url=live.url, headers=headers, timeout=TIMEOUT_S)
-    assert_answer(response.status_code, response.content, f"{case.method} {case.formatted_path}")
+    what = f"{case.method} {case.formatted_path}"
+    assert_answer(response.status_code, response.content, what, path=case.formatted_path)
 
 
 def test_405_allows_every_method_of_the_path(live: Live) -> None:

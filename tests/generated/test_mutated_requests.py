@@ -45,6 +45,28 @@ CHAT = {
     "stream": False,
     "stream_options": {"include_usage": True},
 }
+MESSAGES = {
+    "model": FAKE_MODEL,
+    "max_tokens": 4,
+    "system": [{"type": "text", "text": "be brief"}],
+    "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    "stop_sequences": ["END"],
+    "metadata": {"user_id": "u"},
+    "stream": True,
+}
+RESPONSES = {
+    "model": FAKE_MODEL,
+    "instructions": "be brief",
+    "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+    ],
+    "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+    "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "object"}}},
+    "max_output_tokens": 4,
+    "stream": True,
+}
 TARGETS = [
     Target("POST", "/v1/chat/completions", "key", CHAT),
     Target(
@@ -54,7 +76,10 @@ TARGETS = [
         {"model": "default", "prompt": ["a", "b"], "max_tokens": 4, "stream": True},
     ),
     Target("POST", "/v1/embeddings", "key", {"model": FAKE_MODEL, "input": "hi", "user": "u"}),
+    Target("POST", "/v1/responses", "key", RESPONSES),
     Target("GET", "/v1/models", "key"),
+    Target("POST", "/v1/messages", "key", MESSAGES),
+    Target("POST", "/v1/messages/count_tokens", "key", {k: v for k, v in MESSAGES.items() if k != "stream"}),
     Target(
         "POST",
         "/admin/v1/teams",
@@ -235,7 +260,7 @@ def test_mutated_request(target: Target, live: Live) -> None:
         head.append(("x-forwarded-for", live.new_client().encode()))
         status, _, answer = send(live.url, target.method, path, raw, head, TIMEOUT_S)
         what = f"{target.method} {path} body={(raw or b'')[:120]!r} headers={head!r}"
-        assert_answer(status, answer, what)
+        assert_answer(status, answer, what, path=path)
         authorized = not target.auth or dict(head).get("authorization") == b"Bearer " + secret
         if target.succeeds and authorized and raw == valid:
             assert 200 <= status < 300, f"{what}: {status} {answer[:300]!r}"

@@ -8,12 +8,15 @@ import json
 import urllib.parse
 
 from gateway.errors import ErrorCode
+from gateway.proxy.dialects.anthropic_errors import ERROR_TYPES as ANTHROPIC_ERROR_TYPES
 
 WIRE_CODES = frozenset(code.wire_code for code in ErrorCode)
+ANTHROPIC_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
 
 
-def assert_answer(status: int, body: bytes, what: str) -> None:
-    """Below 500, and a refusal in the envelope with one of the gateway's own codes."""
+def assert_answer(status: int, body: bytes, what: str, *, path: str = "") -> None:
+    """Below 500, and a refusal in the envelope with one of the gateway's own codes (in
+    Anthropic's envelope, with one of its types, on the Anthropic routes)."""
     shown = f"{what}: {status} {body[:300]!r}"
     assert status < 500, shown
     if status < 400:
@@ -23,6 +26,14 @@ def assert_answer(status: int, body: bytes, what: str) -> None:
     except ValueError:
         raise AssertionError(f"not JSON: {shown}") from None
     assert isinstance(envelope, dict), shown
+    if path.split("?")[0] in ANTHROPIC_PATHS:
+        assert set(envelope) == {"type", "error"}, shown
+        assert envelope["type"] == "error", shown
+        assert set(envelope["error"]) == {"type", "message"}, shown
+        assert envelope["error"]["type"] in ANTHROPIC_ERROR_TYPES, shown
+        assert isinstance(envelope["error"]["message"], str), shown
+        assert envelope["error"]["message"], shown
+        return
     assert set(envelope) == {"error"}, shown
     error = envelope["error"]
     assert set(error) == {"message", "type", "param", "code"}, shown

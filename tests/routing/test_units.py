@@ -98,8 +98,12 @@ def test_ejection_backoff_trial_and_reset() -> None:
     assert _record(ep, broken, config, 1) is health.Change.NONE
     assert not ep.trial_ready(1.9)
     assert ep.trial_ready(2.0)
-    # A failed trial: the next backoff, whatever failed (the endpoint was already judged out).
-    assert _record(ep, _fail("a"), config, 2.0, trial=True) is health.Change.EJECTED
+    # A trial that failed as its own request may have made it fail decides nothing: one team must
+    # not keep a shared endpoint out. The next request is the next trial.
+    assert _record(ep, _fail("a"), config, 2.0, trial=True) is health.Change.NONE
+    assert (ep.ejected_until, ep.trial_ready(2.0)) == (2, True)
+    # A trial the endpoint failed: the next backoff.
+    assert _record(ep, broken, config, 2.0, trial=True) is health.Change.EJECTED
     assert ep.ejected_until == 2.0 + 4
     assert _record(ep, broken, config, 6.0, trial=True) is health.Change.EJECTED
     assert ep.ejected_until == 6.0 + 5  # capped

@@ -29,6 +29,11 @@ Programming headers (all optional):
   event and `data: [DONE]`; a non-stream answer is a 500.
 - `x-fake-stall: 1`: send nothing for 600 s (headers included), or until the client leaves.
 - `x-fake-tool-call: NAME`: if the chat request's `tools` has a function NAME, call it.
+- `x-fake-reasoning: N`: the first min(N, tokens) chat tokens are reasoning (a tool call has
+  none). `x-fake-reasoning-as: field` (default) sends them as `delta.reasoning_content`
+  (`message.reasoning_content` when not streaming), as vLLM with a reasoning parser does;
+  `tags` sends them in the content as a model without one writes them: `<think>` opening the
+  first, `</think>` closing the last.
 
 Every POST is recorded under its `x-request-id` (one is generated when absent; either is echoed in
 the response headers) and can be read back from `GET /fake/requests/{request_id}`.

@@ -21,6 +21,19 @@ def token_text(i: int) -> str:
     return f"tok{i} "
 
 
+def reasoning_split(plan: Plan, i: int) -> tuple[str, str]:
+    """Token i as (reasoning_content, content): with `tags`, the reasoning tokens are content,
+    `<think>` opening the first and `</think>` closing the last."""
+    text = token_text(i)
+    if i >= plan.reasoning:
+        return "", text
+    if plan.reasoning_as == "field":
+        return text, ""
+    opening = "<think>" if i == 0 else ""
+    closing = "</think>" if i == plan.reasoning - 1 else ""
+    return "", opening + text + closing
+
+
 def _tool_call_id() -> str:
     return f"chatcmpl-tool-{uuid.uuid4().hex}"
 
@@ -36,6 +49,11 @@ def answer_body(
             response_id, created, model, text, plan.finish_reason, prompt_tokens, tokens
         )
     message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
+    if plan.reasoning:
+        parts = [reasoning_split(plan, i) for i in range(tokens)]
+        message["content"] = "".join(content for _, content in parts)
+        if plan.reasoning_as == "field":
+            message["reasoning_content"] = "".join(reasoning for reasoning, _ in parts)
     if plan.tool_call is not None:
         arguments = "".join(TOOL_ARGUMENT_FRAGMENTS)
         function = {"name": plan.tool_call, "arguments": arguments}
@@ -50,6 +68,13 @@ def _token_chunk(frames: Frames, plan: Plan, i: int, finish_reason: str | None) 
     # Token i is the chunk's only token, so i + 1 have been generated once it is out.
     if plan.tool_call is not None and isinstance(frames, ChatFrames):
         return frames.tool_call_arguments(TOOL_ARGUMENT_FRAGMENTS[i], finish_reason, generated=i + 1)
+    if i < plan.reasoning and isinstance(frames, ChatFrames):
+        reasoning, content = reasoning_split(plan, i)
+        delta = {"reasoning_content": reasoning} if reasoning else {"content": content}
+        if finish_reason is not None:
+            return frames.finish(delta, finish_reason, generated=i + 1)
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        return frames.chunk(choice, generated=i + 1)
     if finish_reason is not None:
         return frames.last_token(token_text(i), finish_reason, generated=i + 1)
     return frames.token(token_text(i), generated=i + 1)

@@ -21,6 +21,9 @@ H_FAIL_AFTER = "x-fake-fail-after"
 H_ERROR_EVENT_AFTER = "x-fake-error-event-after"
 H_STALL = "x-fake-stall"
 H_TOOL_CALL = "x-fake-tool-call"
+H_REASONING = "x-fake-reasoning"
+H_REASONING_AS = "x-fake-reasoning-as"
+REASONING_FORMATS = ("field", "tags")
 
 DEFAULT_TOKENS = 8
 # The fixed arguments of an injected tool call, streamed in these fragments; each fragment counts
@@ -39,6 +42,10 @@ class Plan:
     error_event_after: int | None
     stall: bool
     tool_call: str | None
+    reasoning: int = 0
+    """The first `reasoning` tokens (of `tokens`) are reasoning, not the answer."""
+    reasoning_as: str = "field"
+    """`field`: sent as `reasoning_content`; `tags`: in the content, inside `<think>…</think>`."""
 
     @property
     def failure_at(self) -> int | None:
@@ -108,6 +115,11 @@ def make_plan(headers: Mapping[str, str], body: Mapping[str, Any], *, chat: bool
     tool_call = tool if chat and tool is not None and tool in _tool_names(body) else None
     if tool_call is not None:
         tokens, finish_reason = len(TOOL_ARGUMENT_FRAGMENTS), "tool_calls"
+    reasoning_as = headers.get(H_REASONING_AS, "field").strip().lower()
+    if reasoning_as not in REASONING_FORMATS:
+        raise bad_request(
+            f"header {H_REASONING_AS} must be one of {', '.join(REASONING_FORMATS)}", H_REASONING_AS
+        )
     return Plan(
         tokens=tokens,
         finish_reason=finish_reason,
@@ -117,6 +129,10 @@ def make_plan(headers: Mapping[str, str], body: Mapping[str, Any], *, chat: bool
         error_event_after=header_int(headers, H_ERROR_EVENT_AFTER),
         stall=headers.get(H_STALL, "0").strip().lower() not in ("", "0", "false", "no"),
         tool_call=tool_call,
+        reasoning=0
+        if tool_call is not None or not chat
+        else min(header_int(headers, H_REASONING) or 0, tokens),
+        reasoning_as=reasoning_as,
     )
 
 

@@ -65,7 +65,7 @@ CallT = TypeVar("CallT", bound=Call)
 class Dialect(Protocol[CallT]):
     @property
     def name(self) -> str:
-        """The API family, a metric label and log field, e.g. "openai.chat"."""
+        """The API family, a metric label, usage dimension and log field, e.g. "chat"."""
         ...
 
     def parse(self, raw: bytes) -> CallT: ...

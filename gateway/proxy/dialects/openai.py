@@ -244,9 +244,9 @@ def reset_duration(seconds: float) -> str:
     return f"{minutes}m{secs}s" if minutes else f"{secs}s"
 
 
-CHAT = OpenAIDialect("openai.chat", "/v1/chat/completions", "messages", can_stream=True)
-COMPLETIONS = OpenAIDialect("openai.completions", "/v1/completions", "prompt", can_stream=True)
-EMBEDDINGS = OpenAIDialect("openai.embeddings", "/v1/embeddings", "input", can_stream=False)
+CHAT = OpenAIDialect("chat", "/v1/chat/completions", "messages", can_stream=True)
+COMPLETIONS = OpenAIDialect("completions", "/v1/completions", "prompt", can_stream=True)
+EMBEDDINGS = OpenAIDialect("embeddings", "/v1/embeddings", "input", can_stream=False)
 
 
 def _dumps(value: Any) -> bytes:

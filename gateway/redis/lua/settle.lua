@@ -3,7 +3,8 @@
 -- KEYS[1]: the request's idempotency marker; KEYS[2]: the team's usage hash for one UTC day;
 -- KEYS[3]: the team's set of days with usage; KEYS[4]: the admission marker (admit.lua);
 -- KEYS[5..]: limit state keys to settle. All share the team's hash tag (Redis Cluster safe).
--- ARGV[1..9]: marker_ttl, usage_ttl, day, field prefix "key_id|model", prompt, completion, error,
+-- ARGV[1..9]: marker_ttl, usage_ttl, day, field prefix "key_id|model|api" ("key_id|model" from a
+-- record spooled before usage had the api), prompt, completion, error,
 -- disconnect, void; then two values per limit key: kind, a
 -- void = "1": an admission whose reply was lost (the client was refused): give back what it
 -- charged, only if admit.lua did charge it (its marker exists), and meter nothing.

@@ -1,0 +1,94 @@
+"""The Anthropic routes: `POST /v1/messages` (the one pipeline, with the Messages dialect) and
+`POST /v1/messages/count_tokens` (no worker call: the gateway's own estimate, the one its
+token limits reserve, flagged as an estimate in `x-sluicegate-token-count`).
+
+Both answer with a `request-id` header, where Anthropic's SDKs look for it (their errors carry
+it): the gateway's own request id, the one in its access log and usage record.
+"""
+
+from __future__ import annotations
+
+import orjson
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+from gateway.config import Settings
+from gateway.errors import ErrorCode, GatewayError
+from gateway.keys.auth import Authenticator
+from gateway.proxy.context import CLIENT_CLOSED, RequestContext
+from gateway.proxy.dialects import anthropic_errors
+from gateway.proxy.dialects.anthropic import MESSAGES
+from gateway.proxy.dialects.anthropic_request import translate
+from gateway.proxy.pipeline import Pipeline, read_body
+from gateway.proxy.worker_errors import sanitised
+from gateway.routing.router import Router
+
+TOKEN_COUNT_HEADER = "x-sluicegate-token-count"  # noqa: S105 (a header name, not a secret)
+
+
+def _with_request_id(scope: Scope, send: Send) -> Send:
+    request_id = RequestContext.of(scope).request_id.encode()
+
+    async def send_with_id(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", ()), (b"request-id", request_id)]
+        await send(message)
+
+    return send_with_id
+
+
+class Messages:
+    """An ASGI class, not a function: Starlette would take a function for a request handler."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        pipeline: Pipeline = scope["state"]["pipeline"]
+        await pipeline.serve(MESSAGES, scope, receive, _with_request_id(scope, send))
+
+
+class CountTokens:
+    """Authenticated and checked like /v1/messages (the key must be allowed the model)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        send = _with_request_id(scope, send)
+        ctx = RequestContext.of(scope)
+        ctx.api = "messages.count_tokens"
+        try:
+            response = await self._count(Request(scope, receive), ctx)
+        except GatewayError as error:
+            response = anthropic_errors.error_response(error)
+        except ClientDisconnect:
+            ctx.status, ctx.outcome = CLIENT_CLOSED, "disconnected"  # left while sending its body
+            return
+        await response(scope, receive, send)
+
+    async def _count(self, request: Request, ctx: RequestContext) -> Response:
+        auth: Authenticator = request.scope["state"]["auth"]
+        router: Router = request.scope["state"]["router"]
+        key = (await auth.authenticate(request.headers)).key
+        ctx.team, ctx.key_id = key.team, key.id
+        settings = self._settings
+        body = await read_body(request, settings.max_body_bytes, settings.body_timeout_s)
+        parsed = translate(body, needs_max_tokens=False)
+        route = router.resolve(parsed.model)
+        if route is None:
+            raise GatewayError(
+                ErrorCode.MODEL_NOT_FOUND,
+                f"The model '{sanitised(parsed.model)}' does not exist.",
+                param="model",
+            )
+        ctx.model = route.model.name
+        if not key.may_use(ctx.model):
+            raise GatewayError(
+                ErrorCode.MODEL_NOT_ALLOWED,
+                f"This API key may not use the model '{sanitised(parsed.model)}'.",
+                param="model",
+            )
+        return Response(
+            orjson.dumps({"input_tokens": parsed.prompt_estimate}),
+            media_type="application/json",
+            headers={TOKEN_COUNT_HEADER: "estimate"},
+        )

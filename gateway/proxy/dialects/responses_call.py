@@ -1,0 +1,197 @@
+"""One parsed Responses request, and the pieces of the `response` object it is answered with
+(shared by the whole answer and the stream, so both tell the client the same things).
+
+Usage is told from the same report, checked the same way, that the settlement meters
+(gateway.proxy.usage.parse_usage): what a client is told is what its team is billed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.limits.admission import Reservation
+from gateway.proxy.dialects import responses_request as req
+from gateway.proxy.usage import InvalidUsage, Usage, parse_usage
+
+CHAT_PATH = "/v1/chat/completions"
+# Finish reasons that leave a response incomplete, and the reason the client is told.
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{os.urandom(16).hex()}"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesCall:
+    model: str
+    stream: bool
+    chat: dict[str, Any]  # the chat request's fields but model and the stream's
+    prompt_estimate: int  # ~4 characters a token
+    echo: dict[str, Any]  # what the response object repeats of the request
+
+    @property
+    def worker_path(self) -> str:
+        return CHAT_PATH
+
+    @property
+    def user(self) -> str | None:
+        user = self.chat.get("user")
+        return user if isinstance(user, str) else None
+
+    def worker_body(self, wire_model: str, *, continuous_usage: bool) -> bytes:
+        body: dict[str, Any] = {"model": wire_model, **self.chat, "stream": self.stream}
+        if self.stream:
+            # The final usage report is what response.completed tells the client; cumulative
+            # usage on every chunk meters a client that leaves mid-stream exactly.
+            options: dict[str, Any] = {"include_usage": True}
+            if continuous_usage:
+                options["continuous_usage_stats"] = True
+            body["stream_options"] = options
+        return req.dumps(body)
+
+    def reservation(self, default_max_tokens: int) -> Reservation:
+        cap = self.chat.get("max_tokens")
+        return Reservation(self.prompt_estimate, cap if isinstance(cap, int) else default_max_tokens)
+
+    def estimated_prompt_tokens(self) -> int:
+        return self.prompt_estimate
+
+    def skeleton(self, answer_name: str, response_id: str, created_at: int) -> dict[str, Any]:
+        """The response object before any output."""
+        return {
+            "id": response_id,
+            "object": "response",
+            "created_at": created_at,
+            "status": "in_progress",
+            "error": None,
+            "incomplete_details": None,
+            "model": answer_name,
+            "output": [],
+            "usage": None,
+            **self.echo,
+        }
+
+
+def _echo(payload: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
+    """What the response object repeats of the request (as OpenAI's does), checked to re-encode."""
+    reasoning, text, metadata = payload.get("reasoning"), payload.get("text"), payload.get("metadata")
+    user = chat.get("user")
+    echo = {
+        "background": False,
+        "instructions": payload.get("instructions"),
+        "max_output_tokens": chat.get("max_tokens"),
+        "parallel_tool_calls": chat.get("parallel_tool_calls", True),
+        "previous_response_id": None,
+        "reasoning": reasoning if isinstance(reasoning, dict) else {"effort": None, "summary": None},
+        "store": False,
+        "temperature": chat.get("temperature", 1.0),
+        "text": text if isinstance(text, dict) and "format" in text else {"format": {"type": "text"}},
+        "tool_choice": payload.get("tool_choice") or "auto",
+        "tools": payload.get("tools") or [],
+        "top_p": chat.get("top_p", 1.0),
+        "truncation": "disabled",
+        "user": user if isinstance(user, str) else None,
+        "metadata": metadata if isinstance(metadata, dict) else {},
+    }
+    req.dumps(echo)  # a value orjson cannot write is the client's 400 now, not a 500 later
+    return echo
+
+
+def parse_call(raw: bytes) -> ResponsesCall:
+    try:
+        payload = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise GatewayError(ErrorCode.INVALID_JSON, "The request body is not valid JSON.") from None
+    if not isinstance(payload, dict):
+        raise GatewayError(ErrorCode.INVALID_REQUEST, "The request body must be a JSON object.")
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise req.field_error("model", "is required and must be a non-empty string")
+    stream = payload.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise req.field_error("stream", "must be a boolean")
+    req.refuse_stateful(payload)
+    chat = {"messages": req.messages(payload), **req.chat_fields(payload)}
+    # Re-encoded once here: a body orjson cannot write is refused before admission.
+    size = len(req.dumps(chat))
+    return ResponsesCall(model, bool(stream), chat, max(1, size // 4), _echo(payload, chat))
+
+
+def finish_status(finish_reason: str | None) -> tuple[str, dict[str, str] | None]:
+    """The response's status and incomplete_details for the worker's finish reason."""
+    reason = _INCOMPLETE.get(finish_reason or "")
+    return ("incomplete", {"reason": reason}) if reason else ("completed", None)
+
+
+def counted(report: Any) -> Usage | None:
+    try:
+        return parse_usage(report)
+    except InvalidUsage:
+        return None
+
+
+def _detail(report: Any, group: str, name: str) -> int:
+    details = report.get(group) if isinstance(report, dict) else None
+    value = details.get(name) if isinstance(details, dict) else None
+    return value if type(value) is int and value >= 0 else 0
+
+
+def usage_object(usage: Usage, report: Any) -> dict[str, Any]:
+    """Responses' usage for the metered counts; the details from the worker's report where it has them."""
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {
+            "cached_tokens": _detail(report, "prompt_tokens_details", "cached_tokens"),
+            "cache_write_tokens": 0,
+        },
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {
+            "reasoning_tokens": _detail(report, "completion_tokens_details", "reasoning_tokens")
+        },
+        "total_tokens": usage.total,
+    }
+
+
+def message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "message",
+        "status": status,
+        "role": "assistant",
+        "content": [text_part(text)] if status != "in_progress" else [],
+    }
+
+
+def text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def reasoning_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+    content = [reasoning_part(text)] if status != "in_progress" else []
+    return {"id": item_id, "type": "reasoning", "status": status, "summary": [], "content": content}
+
+
+def reasoning_part(text: str) -> dict[str, Any]:
+    return {"type": "reasoning_text", "text": text}
+
+
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
+
+
+def now() -> int:
+    return int(time.time())
