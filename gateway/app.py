@@ -46,6 +46,7 @@ from gateway.redis.client import connect_redis
 from gateway.redis.health import watch_redis
 from gateway.routing.monitor import Monitor
 from gateway.routing.router import Router
+from gateway.routing.stored_responses import StoredResponses
 
 log = logging.getLogger("sluicegate.app")
 
@@ -101,11 +102,15 @@ def create_app(
         redis = connect_redis(settings)
         session = new_session()
         keystore = KeyStore(redis)
+        stored = StoredResponses(
+            redis, ttl_s=settings.stored_response_ttl_s, timeout_s=settings.redis_timeout_s
+        )
         meter = Meter(redis, metrics, timeout_s=settings.redis_timeout_s)
         spool = Spool(settings.spool_path)
         meter.start(spool)
         # A failed call opens it for one Redis timeout: then one request probes again.
         breaker = RedisBreaker(cool_down_s=settings.redis_timeout_s)
+        upstream = Upstream(session, router, metrics)
         auth = Authenticator(
             keystore, breaker, cache_ttl_s=settings.key_cache_ttl_s, timeout_s=settings.redis_timeout_s
         )
@@ -121,10 +126,11 @@ def create_app(
                 fail_open=settings.redis_fail_open,
             ),
             router=router,
-            upstream=Upstream(session, router, metrics),
+            upstream=upstream,
             forwarding=Forwarding(trusted_networks(settings.trusted_proxies)),
             meter=meter,
             metrics=metrics,
+            stored=stored,
         )
         admin = AdminDeps(settings=settings, keystore=keystore, auth=auth, meter=meter, router=router)
         invalidations = asyncio.ensure_future(auth.follow_invalidations(redis))
@@ -141,7 +147,15 @@ def create_app(
             watch_redis(redis, metrics.redis_up, timeout_s=settings.redis_timeout_s)
         )
         try:
-            yield {"pipeline": pipeline, "admin": admin, "auth": auth, "router": router, "redis": redis}
+            yield {
+                "pipeline": pipeline,
+                "admin": admin,
+                "auth": auth,
+                "router": router,
+                "redis": redis,
+                "stored": stored,
+                "upstream": upstream,
+            }
         finally:
             if discovery is not None:
                 await discovery.stop()

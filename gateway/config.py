@@ -92,6 +92,9 @@ class Settings:
     # gateway's own namespace. Weights above the cap refuse the Service (gateway/discovery/trust.py).
     kubernetes_model_namespaces: ModelNamespaces = ()
     kubernetes_max_weight: float = DEFAULT_MAX_WEIGHT
+    # How long the gateway remembers which endpoint holds a response a native Responses pool
+    # stored, and whose it is (gateway/routing/stored_responses.py).
+    stored_response_ttl_s: float = 7 * 24 * 3600.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -161,6 +164,9 @@ class Settings:
                 "SLUICEGATE_KEEP_ALIVE_TIMEOUT", defaults.keep_alive_timeout_s, float
             ),
             max_event_bytes=number("SLUICEGATE_MAX_EVENT_BYTES", defaults.max_event_bytes, int),
+            stored_response_ttl_s=number(
+                "SLUICEGATE_STORED_RESPONSE_TTL", defaults.stored_response_ttl_s, float
+            ),
             trusted_proxies=_trusted_proxies(env.get("SLUICEGATE_TRUSTED_PROXIES") or ""),
             kubernetes_model_namespaces=parse_model_namespaces(
                 env.get("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES") or ""

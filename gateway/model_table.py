@@ -24,6 +24,10 @@ _K8S_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _PORT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?$")
 
 POLICY_NAMES = ("least_outstanding", "least_loaded", "session_affinity")
+# How a model's workers take each client API besides OpenAI's own: translated to the chat contract
+# (every worker), or forwarded as it is to workers that serve it themselves (vLLM does both).
+TRANSLATE, NATIVE = "translate", "native"
+NATIVE_APIS = ("messages", "responses")
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,17 @@ class HealthConfig:
 
 
 @dataclass(frozen=True)
+class Protocols:
+    """Per client API, `translate` or `native` (gateway.proxy.dialects.native)."""
+
+    messages: str = TRANSLATE
+    responses: str = TRANSLATE
+
+    def native(self, api: str) -> bool:
+        return api in NATIVE_APIS and getattr(self, api) == NATIVE
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     name: str
     endpoints: tuple[str, ...] = ()
@@ -97,6 +112,9 @@ class ModelConfig:
     # The workers put cumulative usage on every streamed chunk when asked (CONTRACT.md SSE-10):
     # a client that leaves mid-stream is then metered by the worker's own count.
     continuous_usage: bool = True
+    protocols: Protocols = field(default_factory=Protocols)
+    # The workers serve vLLM's `POST /tokenize`: Anthropic's count_tokens asks them, not the estimate.
+    tokenize: bool = False
 
     @property
     def wire_model(self) -> str:
@@ -202,6 +220,8 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         "routing",
         "health",
         "continuous_usage",
+        "protocols",
+        "tokenize",
     }
     _require_mapping(raw, where, allowed=allowed | _TARGET_FIELDS)
     if "name" not in raw:
@@ -232,7 +252,17 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         routing=_parse_routing(raw.get("routing", {}), f"{where}.routing"),
         health=_parse_health(raw.get("health", {}), f"{where}.health"),
         continuous_usage=_bool(raw.get("continuous_usage", True), f"{where}.continuous_usage"),
+        protocols=_parse_protocols(raw.get("protocols", {}), f"{where}.protocols"),
+        tokenize=_bool(raw.get("tokenize", False), f"{where}.tokenize"),
     )
+
+
+def _parse_protocols(raw: Any, where: str) -> Protocols:
+    _require_mapping(raw, where, allowed=set(NATIVE_APIS))
+    for key, value in raw.items():
+        if value not in (TRANSLATE, NATIVE):
+            raise ConfigError(f"{where}.{key}: expected {TRANSLATE} or {NATIVE}")
+    return Protocols(**raw)
 
 
 def _bool(value: Any, where: str) -> bool:

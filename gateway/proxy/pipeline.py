@@ -1,6 +1,7 @@
 """One API request, top to bottom:
 
-    authenticate -> parse -> resolve the model -> admit (limits) -> route -> relay -> finish
+    authenticate -> parse -> resolve the model -> find what it continues -> admit (limits)
+    -> route -> relay -> finish
 
 Everything before admission can refuse the request with an error and nothing to undo. From
 admission on, a `Settlement` owns the request, and `finish()` in the `finally` below settles it
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,12 +33,16 @@ from gateway.proxy.context import CLIENT_CLOSED, RequestContext
 from gateway.proxy.dialects.base import Call, Dialect
 from gateway.proxy.disconnect import ClientWatch, client_abort
 from gateway.proxy.forwarding import Forwarding
-from gateway.proxy.relay import STREAM_HEADERS, StreamRelay, note_usage, read_whole
+from gateway.proxy.relay import STREAM_HEADERS, StreamRelay, read_whole
 from gateway.proxy.settlement import Settlement, Submitter
 from gateway.proxy.upstream import Upstream, UpstreamResponse
+from gateway.proxy.usage import InvalidUsage
 from gateway.proxy.worker_errors import sanitised, worker_failure
+from gateway.proxy.worker_protocols import CHAT
 from gateway.routing.policy import RouteRequest
+from gateway.routing.pool import Pool
 from gateway.routing.router import ModelRoute, Router
+from gateway.routing.stored_responses import Holder, StoredResponses
 
 _MAX_ANSWER_BYTES = 64 * 1024 * 1024
 # Names the model that answered: the one asked for, or the fallback that stood in for it.
@@ -80,6 +86,7 @@ class Admitted:
     principal: Principal
     requested: ModelRoute
     admission: Admission
+    holder: Holder | None  # where what the call continues is kept
 
 
 class Pipeline:
@@ -94,8 +101,10 @@ class Pipeline:
         meter: Submitter,
         metrics: Metrics,
         forwarding: Forwarding,
+        stored: StoredResponses,
     ) -> None:
         self._settings = settings
+        self._stored = stored
         self._forwarding = forwarding
         self._auth = auth
         self._limiter = limiter
@@ -136,7 +145,7 @@ class Pipeline:
         key = principal.key
         ctx.team, ctx.key_id = key.team, key.id
         body = await read_body(request, self._settings.max_body_bytes, self._settings.body_timeout_s)
-        call = dialect.parse(body)
+        call = dialect.parse(body, self._router.native_models(dialect.name))
         requested = self._router.resolve(call.model)
         if requested is None:
             raise GatewayError(
@@ -151,6 +160,7 @@ class Pipeline:
                 f"This API key may not use the model '{sanitised(call.model)}'.",
                 param="model",
             )
+        holder = await self._holder(call.continues, key.team, ctx.model)
         planned = limits.plan(
             key.team, principal.team_limits, key.id, key.limits, ctx.model, dt.datetime.now(dt.UTC)
         )
@@ -161,7 +171,42 @@ class Pipeline:
             error = admission.error()
             error.headers.update(dialect.limit_headers(admission))
             raise error
-        return Admitted(call, principal, requested, admission)
+        return Admitted(call, principal, requested, admission, holder)
+
+    async def _holder(self, response_id: str | None, team: str, model: str) -> Holder | None:
+        """The endpoint holding the response a request continues. Another team's response is a
+        404 like one that never existed: a key learns nothing about other teams' ids."""
+        if response_id is None:
+            return None
+        holder = await self._stored.find(response_id)
+        if holder is None or holder.team != team:
+            raise GatewayError(
+                ErrorCode.NOT_FOUND,
+                f"No stored response with id '{response_id}'.",
+                param="previous_response_id",
+            )
+        if holder.model != model:
+            raise GatewayError(
+                ErrorCode.INVALID_REQUEST,
+                f"The response '{response_id}' was made by another model; continue it with "
+                f"'{holder.answer_name}'.",
+                param="previous_response_id",
+            )
+        return holder
+
+    def _plan(self, admitted: Admitted, api: str) -> list[Pool]:
+        holder = admitted.holder
+        if holder is not None:
+            pool = self._router.pool(holder.pool)
+            if pool is None:
+                raise GatewayError(
+                    ErrorCode.NOT_FOUND,
+                    "The worker that stored the previous response is gone.",
+                    param="previous_response_id",
+                )
+            return [pool]
+        native = admitted.call.protocol is not CHAT
+        return self._router.plan(admitted.requested, native_api=api if native else None)
 
     async def _answer(
         self,
@@ -184,13 +229,14 @@ class Pipeline:
             session_id=_header(scope, SESSION_HEADER),
             team=ctx.team,
             share_weight=admitted.principal.team_limits.share_weight,
+            pinned=None if admitted.holder is None else admitted.holder.endpoint,
         )
         # One watch for the queue, the worker's head and a whole answer's body: a client that
         # leaves during any of them frees the worker (a stream's relay watches on its own).
         watch = ClientWatch(receive)
         try:
             upstream = await self._upstream.open(
-                self._router.plan(admitted.requested),
+                self._plan(admitted, dialect.name),
                 call.worker_path,
                 lambda pool: call.worker_body(pool.wire_model, continuous_usage=pool.model.continuous_usage),
                 self._forwarding.worker_headers(scope, ctx),
@@ -220,6 +266,7 @@ class Pipeline:
         pool = upstream.pool
         answer_name = call.model if pool.model is model else pool.model.name
         headers = {**dialect.limit_headers(admitted.admission), MODEL_HEADER: pool.model.name}
+        remember = None if call.protocol is CHAT else self._remembering(ctx.team, upstream, answer_name)
         if streaming:
             relay = StreamRelay(
                 upstream,
@@ -231,6 +278,8 @@ class Pipeline:
                 stream_deadline=loop.time() + model.timeouts.stream_total,
                 max_event_bytes=self._settings.max_event_bytes,
                 abort_client=client_abort(scope),
+                protocol=call.protocol,
+                remember=remember,
             )
             await relay.run(receive, send)
             return
@@ -244,10 +293,14 @@ class Pipeline:
         if not isinstance(answer, dict):
             outcome.error_reason = "invalid_json"
             raise GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker answered with invalid JSON.")
-        outcome.usage = note_usage(answer.get("usage"), outcome)
-        if outcome.usage is None:
+        try:
+            outcome.usage = call.protocol.usage(answer)
+        except InvalidUsage:
             outcome.invalid_usage = True
             outcome.estimated_completion = dialect.estimated_completion_tokens(answer)
+        stored_id = call.protocol.stored_id(answer)
+        if stored_id is not None and remember is not None:
+            await remember(stored_id)
         content = dialect.whole(call, answer, body, answer_name)
         try:
             # uvicorn's send waits while the client's socket buffer is full: a client that stops
@@ -260,6 +313,18 @@ class Pipeline:
             abort = client_abort(scope)
             if abort is not None:
                 abort()
+
+    def _remembering(
+        self, team: str, upstream: UpstreamResponse, answer_name: str
+    ) -> Callable[[str], Awaitable[None]]:
+        """Writes down where a response the worker stored is held, before the client learns its id."""
+        pool = upstream.pool
+        holder = Holder(team, pool.model.name, answer_name, pool.name, upstream.endpoint.url)
+
+        async def remember(response_id: str) -> None:
+            await self._stored.remember(response_id, holder)
+
+        return remember
 
     async def _read(
         self, upstream: UpstreamResponse, model: ModelConfig, head_deadline: float, *, stream: bool

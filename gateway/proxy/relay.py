@@ -1,8 +1,9 @@
 """Relaying a worker's answer to the client: streams event by event as they arrive, the rest whole.
 
-The worker side is the same for every client API (every worker speaks the OpenAI chat contract):
-the relay reads each event's JSON to learn usage, finish reason and token timing, and writes it
-down in the request's `Outcome`; the client's `ClientStream` decides what bytes the client gets.
+The worker side does not depend on the client API: the worker's protocol (the chat contract, or
+an API it serves natively: gateway.proxy.worker_protocols) reads each event's JSON for usage,
+finish reason and token timing, and writes them down in the request's `Outcome`; the client's
+`ClientStream` decides what bytes the client gets.
 It watches the client's connection: when the client leaves, the worker connection is closed at
 once so the engine stops generating.
 
@@ -18,10 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import orjson
@@ -34,8 +32,7 @@ from gateway.proxy.disconnect import ClientWatch
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.sse import SSEEvent, SSEParser
 from gateway.proxy.upstream import UpstreamResponse
-from gateway.proxy.usage import InvalidUsage, Usage, parse_usage
-from gateway.proxy.worker_errors import sanitised
+from gateway.proxy.worker_protocols import CHAT, Batch, WorkerProtocol
 
 STREAM_HEADERS = (
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -47,41 +44,6 @@ STREAM_HEADERS = (
 
 class ClientStalled(Exception):
     """The client did not take a write within the idle timeout: it stopped reading."""
-
-
-def _note_choices(choices: list[Any], outcome: Outcome) -> bool:
-    """Notes generated text and finish reasons; whether there was any (what keeps a stream alive)."""
-    generated = False
-    finished = False
-    for choice in choices:
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        if isinstance(delta, dict):
-            if delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content"):
-                generated = True
-        elif choice.get("text"):
-            generated = True
-        reason = choice.get("finish_reason")
-        if isinstance(reason, str) and reason:
-            outcome.finish_reason = reason
-            finished = True
-    if generated:
-        now = time.perf_counter()
-        if outcome.first_token_at is None:
-            outcome.first_token_at = now
-        outcome.last_token_at = now
-        outcome.tokens_relayed += 1
-    return generated or finished
-
-
-def note_usage(report: Any, outcome: Outcome) -> Usage | None:
-    """A usage report, checked; a lie marks the outcome and is otherwise ignored."""
-    try:
-        return parse_usage(report)
-    except InvalidUsage:
-        outcome.invalid_usage = True
-        return None
 
 
 class StreamRelay:
@@ -99,8 +61,13 @@ class StreamRelay:
         stream_deadline: float = math.inf,
         max_event_bytes: int = Settings.max_event_bytes,
         abort_client: Callable[[], None] | None = None,
+        protocol: WorkerProtocol = CHAT,
+        remember: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._upstream = upstream
+        self._reader = protocol.reader()
+        # Told a response id the worker keeps before the client can see it (and ask for it back).
+        self._remember = remember
         self._client = client
         self.outcome = outcome
         self._headers = headers
@@ -172,6 +139,8 @@ class StreamRelay:
                     events = parser.feed(chunk)
                     if events:
                         batch = self._process(events)
+                        if batch.stored_id is not None and self._remember is not None:
+                            await self._remember(batch.stored_id)
                         if batch.output:
                             # The endpoint's health verdict: it answered in time (only the first
                             # counts). Comments alone prove no engine behind them.
@@ -240,12 +209,13 @@ class StreamRelay:
         await self._write(send, {"type": "http.response.body", "body": b"", "more_body": False})
 
     def _process(self, events: list[SSEEvent]) -> Batch:
-        """The client's bytes for a batch of worker events, and what they said: the end, a
-        failure, the last cumulative usage among them."""
+        """The client's bytes for a batch of worker events, and what they said (the worker's
+        protocol reads them): the end, a failure, the last cumulative usage among them."""
         batch = Batch()
         out: list[bytes] = []
         outcome = self.outcome
         client = self._client
+        reader = self._reader
         for event in events:
             data = event.data
             if data is None:
@@ -263,42 +233,15 @@ class StreamRelay:
                 continue  # not an event any client API can carry
             if not isinstance(chunk, dict):
                 continue
-            if "error" in chunk:
-                # The worker's own error event, re-told in the client's envelope: it ends the stream.
-                outcome.error_reason = "worker_error_event"
-                batch.failure = GatewayError(ErrorCode.UPSTREAM_ERROR, _event_message(chunk["error"]))
-                batch.done = batch.output = True
-                break
-            choices = chunk.get("choices")
-            if isinstance(choices, list) and _note_choices(choices, outcome):
-                batch.output = True
-            if "usage" in chunk and chunk["usage"] is not None:
-                if choices == []:
-                    batch.output = True  # the final report (a per-chunk one rides on a delta)
-                usage = note_usage(chunk["usage"], outcome)
-                if usage is not None:
-                    batch.usage = usage
-                    if choices == []:
-                        outcome.usage = usage  # the final report
+            reader.read(chunk, outcome, batch)
+            if batch.failure is not None:
+                break  # re-told in the client's envelope by the caller
             out.append(client.event(chunk, data, event.raw))
+            if batch.done:
+                out.append(client.done())
+                break
         batch.out = b"".join(out)
         return batch
-
-
-@dataclass(slots=True)
-class Batch:
-    out: bytes = b""
-    done: bool = False  # the worker said [DONE], or failed with an error event
-    output: bool = False  # an event carried output (text, a finish, usage, the end): the worker is alive
-    failure: GatewayError | None = None
-    usage: Usage | None = None  # the last cumulative usage report among the events
-
-
-def _event_message(error: Any) -> str:
-    message = error.get("message") if isinstance(error, dict) else error
-    if isinstance(message, str) and message.strip():
-        return sanitised("The worker failed mid-stream: " + message)
-    return "The worker failed mid-stream."
 
 
 async def read_whole(upstream: UpstreamResponse, *, deadline: float, max_bytes: int) -> bytes:

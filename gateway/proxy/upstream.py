@@ -36,6 +36,13 @@ _RETRYABLE_STATUS = frozenset({502, 503})
 _ATTEMPTS_PER_POOL = 2
 
 
+@dataclass(frozen=True, slots=True)
+class SmallAnswer:
+    status: int
+    body: bytes
+    headers: Mapping[str, str]
+
+
 @dataclass(slots=True)
 class UpstreamResponse:
     pool: Pool
@@ -100,6 +107,48 @@ class Upstream:
         self._session = session
         self._router = router
         self._metrics = metrics
+
+    async def call_endpoint(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        connect_s: float,
+        total_s: float,
+        max_bytes: int,
+    ) -> SmallAnswer:
+        """One short call to one chosen endpoint, outside the request pipeline (a stored response
+        read back, a token count): bounded in time and size, never redirected, every failure a
+        GatewayError."""
+        timeout = aiohttp.ClientTimeout(total=total_s, sock_connect=connect_s)
+        try:
+            async with self._session.request(
+                method, url, data=body, headers=headers, timeout=timeout, allow_redirects=False
+            ) as response:
+                parts: list[bytes] = []
+                size = 0
+                while part := await response.content.read(65536):
+                    size += len(part)
+                    if size > max_bytes:
+                        raise GatewayError(
+                            ErrorCode.UPSTREAM_ERROR, "The worker's answer is larger than the gateway relays."
+                        )
+                    parts.append(part)
+                return SmallAnswer(response.status, b"".join(parts), dict(response.headers))
+        except TimeoutError:
+            raise GatewayError(ErrorCode.UPSTREAM_TIMEOUT, "The worker did not answer in time.") from None
+        except (aiohttp.ClientConnectionError, aiohttp.ClientOSError):
+            raise GatewayError(
+                ErrorCode.NO_HEALTHY_UPSTREAM,
+                "The worker could not be reached.",
+                headers={"retry-after": "1"},
+            ) from None
+        except (aiohttp.ClientError, ValueError):
+            raise GatewayError(
+                ErrorCode.UPSTREAM_ERROR, "The worker answered with a malformed response."
+            ) from None
 
     async def open(
         self,

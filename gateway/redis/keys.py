@@ -61,3 +61,9 @@ def usage_days(team: str) -> str:
 def as_text(value: bytes | str) -> str:
     """Replies come back as bytes (the client does not decode, to keep hot paths cheap)."""
     return value.decode() if isinstance(value, bytes) else value
+
+
+def stored_response(response_id: str) -> str:
+    """Which endpoint holds a response a worker stored, and whose it is. Response ids are checked
+    (gateway.proxy.dialects.native.RESPONSE_ID_RE) and can never contain a brace."""
+    return f"{PREFIX}:resp:{{{response_id}}}"

@@ -46,6 +46,8 @@ class RouteRequest:
     session_id: str | None = None
     team: str = ""
     share_weight: int = 1
+    # The endpoint URL that must serve the request (it holds state the request continues).
+    pinned: str | None = None
 
     @property
     def affinity_key(self) -> str | None:

@@ -148,6 +148,8 @@ class Pool:
     ) -> tuple[Endpoint, bool] | None:
         """A slot now, without waiting: (endpoint, is_trial), or None when the caller must queue.
         Raises PoolUnavailable when no endpoint could take the request even after a wait."""
+        if route.pinned is not None:
+            return self._pinned(route.pinned, exclude)
         if self._ejected:
             trial = self._trial(exclude)
             if trial is not None:
@@ -164,6 +166,17 @@ class Pool:
         if not any(e.usable and e not in exclude for e in self.endpoints):
             raise PoolUnavailable(self._why_unavailable())
         return None
+
+    def _pinned(self, url: str, exclude: Sequence[Endpoint]) -> tuple[Endpoint, bool]:
+        """Only this endpoint holds what the request continues: it serves it, or nobody does. No
+        queue: a freed slot goes to whichever waiter is next, which need not be this endpoint."""
+        endpoint = self._by_url.get(url)
+        if endpoint is None or endpoint in exclude:
+            raise PoolUnavailable(f"pool '{self.name}' no longer has the endpoint that holds it")
+        if endpoint.inflight >= self.max_inflight:
+            raise self._saturated(ErrorCode.POOL_SATURATED, "the one that holds this response is full")
+        endpoint.inflight += 1
+        return endpoint, False
 
     def _why_unavailable(self) -> str:
         if not self.endpoints:

@@ -50,6 +50,7 @@ class Router:
         self._models: dict[str, ModelRoute] = {}
         self._by_name: dict[str, ModelRoute] = {}
         self._pools: dict[str, Pool] = {}
+        self._native: dict[str, frozenset[str]] = {}  # per client API, rebuilt when models change
         for model in table.models:
             self.add_model(model)
 
@@ -76,6 +77,7 @@ class Router:
         for gone in kept.values():
             gone.close()
         route = ModelRoute(model, pools)
+        self._native.clear()
         self._models[model.name] = route
         for name in (model.name, *model.aliases):
             self._by_name[name] = route
@@ -84,6 +86,7 @@ class Router:
         route = self._models.pop(name, None)
         if route is None:
             return
+        self._native.clear()
         self._unindex(route)
         for pool in route.pools:
             pool.close()
@@ -102,6 +105,19 @@ class Router:
         """A model name or alias -> its model and pools."""
         return self._by_name.get(name)
 
+    def native_models(self, api: str) -> frozenset[str]:
+        """The names (and aliases) of the models whose workers serve `api` themselves."""
+        names = self._native.get(api)
+        if names is None:
+            names = frozenset(
+                name
+                for route in self._models.values()
+                if route.model.protocols.native(api)
+                for name in (route.model.name, *route.model.aliases)
+            )
+            self._native[api] = names
+        return names
+
     def models(self) -> list[ModelRoute]:
         return list(self._models.values())
 
@@ -111,12 +127,15 @@ class Router:
     def pool(self, name: str) -> Pool | None:
         return self._pools.get(name)
 
-    def plan(self, route: ModelRoute) -> list[Pool]:
-        """The pools to try for one request, in order."""
+    def plan(self, route: ModelRoute, native_api: str | None = None) -> list[Pool]:
+        """The pools to try for one request, in order. `native_api`: a request forwarded as it is
+        falls back only to models whose workers serve its API too."""
         order = list(route.pool_order(self.rng))
         for fallback in route.model.fallbacks:
             other = self._by_name.get(fallback)
-            if other is not None and other is not route:
+            if other is None or other is route:
+                continue
+            if native_api is None or other.model.protocols.native(native_api):
                 order.extend(other.pool_order(self.rng))
         return order
 

@@ -20,7 +20,9 @@ _ID = re.compile(r"\b(resp|msg|rs|fc|call)_[0-9a-f]{32}\b")
 
 def _stream(**fields: Any) -> ResponsesStream:
     body = {"model": "m", "input": "one two three four", "stream": True, **fields}
-    return RESPONSES.stream(RESPONSES.parse(orjson.dumps(body)), "m")
+    stream = RESPONSES.stream(RESPONSES.parse(orjson.dumps(body)), "m")
+    assert isinstance(stream, ResponsesStream)
+    return stream
 
 
 def _events(raw: bytes) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,11 +26,15 @@ from starlette.responses import Response
 
 from gateway.errors import GatewayError
 from gateway.limits.admission import Admission, LimitKind, Reservation
-from gateway.proxy.dialects import anthropic_errors
+from gateway.proxy import worker_protocols
+from gateway.proxy.dialects import anthropic_errors, native
 from gateway.proxy.dialects.anthropic_request import Translated, dumps, translate
 from gateway.proxy.dialects.anthropic_stream import AnthropicStream, stop_reason
 from gateway.proxy.dialects.anthropic_think import split_whole
+from gateway.proxy.dialects.base import ClientStream
+from gateway.proxy.dialects.native import NativeCall
 from gateway.proxy.usage import InvalidUsage, parse_usage
+from gateway.proxy.worker_protocols import WorkerProtocol
 
 WORKER_PATH = "/v1/chat/completions"
 
@@ -58,6 +63,14 @@ class MessagesCall:
     def worker_path(self) -> str:
         return WORKER_PATH
 
+    @property
+    def protocol(self) -> WorkerProtocol:
+        return worker_protocols.CHAT
+
+    @property
+    def continues(self) -> str | None:
+        return None
+
     def reservation(self, default_max_tokens: int) -> Reservation:
         cap = self.request.max_tokens
         return Reservation(self.request.prompt_estimate, cap if cap is not None else default_max_tokens)
@@ -81,10 +94,16 @@ class MessagesCall:
 class MessagesDialect:
     name: str = "messages"
 
-    def parse(self, raw: bytes) -> MessagesCall:
+    def parse(self, raw: bytes, native_models: Collection[str] = ()) -> MessagesCall | NativeCall:
+        if native_models:  # only then is the model looked at before translating
+            payload = native.peek(raw)
+            if payload.get("model") in native_models:
+                return native.messages_call(payload)
         return MessagesCall(translate(raw))
 
-    def stream(self, call: MessagesCall, answer_name: str) -> AnthropicStream:
+    def stream(self, call: MessagesCall | NativeCall, answer_name: str) -> ClientStream:
+        if isinstance(call, NativeCall):
+            return native.MessagesPassThrough(answer_name, anthropic_errors.error_event)
         return AnthropicStream(
             message_id=message_id(),
             model=answer_name,
@@ -92,7 +111,19 @@ class MessagesDialect:
             stop_sequences=call.request.stop_sequences,
         )
 
-    def whole(self, call: MessagesCall, answer: dict[str, Any], body: bytes, answer_name: str) -> bytes:
+    def whole(
+        self, call: MessagesCall | NativeCall, answer: dict[str, Any], body: bytes, answer_name: str
+    ) -> bytes:
+        if isinstance(call, NativeCall):
+            try:
+                worker_protocols.MESSAGES.usage(answer)
+            except InvalidUsage:
+                # Told what it is metered with (Settlement), as on the translated path.
+                answer["usage"] = {
+                    "input_tokens": call.estimated_prompt_tokens(),
+                    "output_tokens": self.estimated_completion_tokens(answer),
+                }
+            return orjson.dumps(native.named(answer, answer_name))
         choice = _first_choice(answer)
         message = choice.get("message")
         message = message if isinstance(message, dict) else {}
@@ -119,6 +150,8 @@ class MessagesDialect:
         )
 
     def estimated_completion_tokens(self, answer: dict[str, Any]) -> int:
+        if answer.get("type") == "message":  # the worker's own Messages answer
+            return math.ceil(native.text_chars(answer.get("content")) / 4)
         message = _first_choice(answer).get("message")
         message = message if isinstance(message, dict) else {}
         chars = sum(

@@ -74,3 +74,8 @@ def error_response(error: GatewayError) -> Response:
     return Response(
         error_body(error), status_code=status, headers=error.headers, media_type="application/json"
     )
+
+
+def error_event(error: GatewayError) -> bytes:
+    """The `error` event that ends a stream which had begun."""
+    return b"event: error\ndata: " + error_body(error) + b"\n\n"

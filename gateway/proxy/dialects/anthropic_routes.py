@@ -1,12 +1,15 @@
 """The Anthropic routes: `POST /v1/messages` (the one pipeline, with the Messages dialect) and
-`POST /v1/messages/count_tokens` (no worker call: the gateway's own estimate, the one its
-token limits reserve, flagged as an estimate in `x-sluicegate-token-count`).
+`POST /v1/messages/count_tokens`: the worker's own tokenizer where the model's workers serve
+vLLM's `POST /tokenize` (`tokenize: true`), else, or when that call fails, the gateway's estimate
+(the one its token limits reserve). `x-sluicegate-token-count` says which: `worker` or `estimate`.
 
 Both answer with a `request-id` header, where Anthropic's SDKs look for it (their errors carry
 it): the gateway's own request id, the one in its access log and usage record.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
@@ -21,10 +24,14 @@ from gateway.proxy.dialects import anthropic_errors
 from gateway.proxy.dialects.anthropic import MESSAGES
 from gateway.proxy.dialects.anthropic_request import translate
 from gateway.proxy.pipeline import Pipeline, read_body
+from gateway.proxy.upstream import Upstream
+from gateway.proxy.usage import MAX_TOKENS
 from gateway.proxy.worker_errors import sanitised
-from gateway.routing.router import Router
+from gateway.routing.router import ModelRoute, Router
 
 TOKEN_COUNT_HEADER = "x-sluicegate-token-count"  # noqa: S105 (a header name, not a secret)
+# vLLM's /tokenize answers every token id too: a 128k-token prompt is about 1 MB of JSON.
+_MAX_TOKENIZE_BYTES = 8 * 1024 * 1024
 
 
 def _with_request_id(scope: Scope, send: Send) -> Send:
@@ -87,8 +94,39 @@ class CountTokens:
                 f"This API key may not use the model '{sanitised(parsed.model)}'.",
                 param="model",
             )
+        counted = await self._worker_count(request, route, parsed.chat) if route.model.tokenize else None
         return Response(
-            orjson.dumps({"input_tokens": parsed.prompt_estimate}),
+            orjson.dumps({"input_tokens": parsed.prompt_estimate if counted is None else counted}),
             media_type="application/json",
-            headers={TOKEN_COUNT_HEADER: "estimate"},
+            headers={TOKEN_COUNT_HEADER: "estimate" if counted is None else "worker"},
         )
+
+    async def _worker_count(self, request: Request, route: ModelRoute, chat: dict[str, Any]) -> int | None:
+        """The prompt's tokens by the tokenizer of a usable endpoint, chat template applied; None
+        when no endpoint can say (the estimate stands in, and says so)."""
+        pool = next((p for p in route.pools if p.has_usable()), None)
+        endpoint = None if pool is None else next((e for e in pool.endpoints if e.usable), None)
+        if pool is None or endpoint is None:
+            return None
+        body = {"model": pool.wire_model, "messages": chat["messages"], "add_generation_prompt": True}
+        if chat.get("tools"):
+            body["tools"] = chat["tools"]
+        upstream: Upstream = request.scope["state"]["upstream"]
+        timeouts = route.model.timeouts
+        try:
+            answer = await upstream.call_endpoint(
+                "POST",
+                endpoint.url + "/tokenize",
+                body=orjson.dumps(body),
+                headers={"content-type": "application/json"},
+                connect_s=timeouts.connect,
+                total_s=timeouts.idle,
+                max_bytes=_MAX_TOKENIZE_BYTES,
+            )
+        except GatewayError:
+            return None
+        try:
+            count = orjson.loads(answer.body).get("count") if answer.status == 200 else None
+        except (orjson.JSONDecodeError, AttributeError):
+            return None
+        return count if type(count) is int and 0 <= count <= MAX_TOKENS else None

@@ -1,23 +1,27 @@
 """The seam between the pipeline and one client API.
 
-    Dialect.parse(raw) -> Call          the client's body, validated: model, stream, reservation
+    Dialect.parse(raw, native_models) -> Call   the client's body, validated: model, stream,
+                                        reservation (forwarded as it is for a model whose workers
+                                        serve the API natively: gateway.proxy.dialects.native)
     Call.worker_body(wire_model, ...)   the body the worker gets
     Dialect.stream(call, name) -> ClientStream   worker chunks -> client bytes, one stream
     Dialect.whole(call, answer, name)   a worker's whole answer -> the client's body
     Dialect.error_response / error_event / limit_headers   the API's own envelope and headers
 
-Reading usage, finish reasons and token timing from the worker is not here: the worker side is
-the same for every client API (gateway.proxy.relay).
+Reading usage, finish reasons and token timing from the worker is not here: that depends on the
+protocol the worker speaks (`Call.protocol`, gateway.proxy.worker_protocols), not the client API.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Protocol, TypeVar
 
 from starlette.responses import Response
 
 from gateway.errors import GatewayError
 from gateway.limits.admission import Admission, Reservation
+from gateway.proxy.worker_protocols import WorkerProtocol
 
 
 class Call(Protocol):
@@ -34,6 +38,17 @@ class Call(Protocol):
 
     @property
     def worker_path(self) -> str: ...
+
+    @property
+    def protocol(self) -> WorkerProtocol:
+        """How the worker answers: the chat contract, or the client's API served natively."""
+        ...
+
+    @property
+    def continues(self) -> str | None:
+        """A response the worker keeps that this request continues: only the endpoint holding it
+        can serve it."""
+        ...
 
     def reservation(self, default_max_tokens: int) -> Reservation: ...
 
@@ -68,7 +83,9 @@ class Dialect(Protocol[CallT]):
         """The API family, a metric label, usage dimension and log field, e.g. "chat"."""
         ...
 
-    def parse(self, raw: bytes) -> CallT: ...
+    def parse(self, raw: bytes, native_models: Collection[str]) -> CallT:
+        """`native_models`: the model names whose workers serve this API themselves."""
+        ...
 
     def stream(self, call: CallT, answer_name: str) -> ClientStream: ...
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,9 @@ from starlette.responses import Response
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.limits.admission import Admission, LimitKind, Reservation
+from gateway.proxy import worker_protocols
 from gateway.proxy.usage import MAX_TOKENS
+from gateway.proxy.worker_protocols import WorkerProtocol
 
 DONE_EVENT = b"data: [DONE]\n\n"
 # Answers one request may ask for (`n`, `best_of`): OpenAI's own cap. Each is reserved in full.
@@ -40,6 +43,14 @@ class OpenAICall:
     @property
     def worker_path(self) -> str:
         return self.path
+
+    @property
+    def protocol(self) -> WorkerProtocol:
+        return worker_protocols.CHAT
+
+    @property
+    def continues(self) -> str | None:
+        return None
 
     @property
     def user(self) -> str | None:
@@ -145,7 +156,8 @@ class OpenAIDialect:
     input_field: str
     can_stream: bool
 
-    def parse(self, raw: bytes) -> OpenAICall:
+    def parse(self, raw: bytes, native_models: Collection[str] = ()) -> OpenAICall:
+        """`native_models`: no model serves these APIs other than by the chat contract."""
         try:
             payload = orjson.loads(raw)
         except orjson.JSONDecodeError:

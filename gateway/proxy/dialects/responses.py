@@ -9,6 +9,7 @@ chat routes. Nothing is stored: see responses_stored for the routes that would r
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +18,14 @@ from starlette.responses import Response
 
 from gateway.errors import GatewayError
 from gateway.limits.admission import Admission
-from gateway.proxy.dialects import openai
+from gateway.proxy import worker_protocols
+from gateway.proxy.dialects import native, openai
 from gateway.proxy.dialects import responses_call as shape
+from gateway.proxy.dialects.base import ClientStream
+from gateway.proxy.dialects.native import NativeCall
 from gateway.proxy.dialects.responses_call import ResponsesCall
 from gateway.proxy.dialects.responses_stream import ResponsesStream
-from gateway.proxy.usage import Usage
+from gateway.proxy.usage import InvalidUsage, Usage
 
 
 def _message(answer: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -85,13 +89,29 @@ def output_items(message: dict[str, Any], status: str) -> list[dict[str, Any]]:
 class ResponsesDialect:
     name: str = "responses"
 
-    def parse(self, raw: bytes) -> ResponsesCall:
+    def parse(self, raw: bytes, native_models: Collection[str] = ()) -> ResponsesCall | NativeCall:
+        if native_models:  # only then is the model looked at before translating
+            payload = native.peek(raw)
+            if payload.get("model") in native_models:
+                return native.responses_call(payload)
         return shape.parse_call(raw)
 
-    def stream(self, call: ResponsesCall, answer_name: str) -> ResponsesStream:
+    def stream(self, call: ResponsesCall | NativeCall, answer_name: str) -> ClientStream:
+        if isinstance(call, NativeCall):
+            return native.ResponsesPassThrough(answer_name)
         return ResponsesStream(call, answer_name)
 
-    def whole(self, call: ResponsesCall, answer: dict[str, Any], body: bytes, answer_name: str) -> bytes:
+    def whole(
+        self, call: ResponsesCall | NativeCall, answer: dict[str, Any], body: bytes, answer_name: str
+    ) -> bytes:
+        if isinstance(call, NativeCall):
+            try:
+                worker_protocols.RESPONSES.usage(answer)
+            except InvalidUsage:
+                # Told what it is metered with (Settlement), as on the translated path.
+                estimate = Usage(call.estimated_prompt_tokens(), self.estimated_completion_tokens(answer))
+                answer["usage"] = shape.usage_object(estimate, None)
+            return orjson.dumps(native.named(answer, answer_name))
         message, finish_reason = _message(answer)
         status, incomplete = shape.finish_status(finish_reason)
         created = answer.get("created")
@@ -113,6 +133,8 @@ class ResponsesDialect:
         return orjson.dumps(response)
 
     def estimated_completion_tokens(self, answer: dict[str, Any]) -> int:
+        if answer.get("object") == "response":  # the worker's own Responses answer
+            return math.ceil(native.text_chars(answer.get("output")) / 4)
         message, _ = _message(answer)
         content = message.get("content")
         chars = len(content) if isinstance(content, str) else 0

@@ -16,8 +16,10 @@ import orjson
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.limits.admission import Reservation
+from gateway.proxy import worker_protocols
 from gateway.proxy.dialects import responses_request as req
 from gateway.proxy.usage import InvalidUsage, Usage, parse_usage
+from gateway.proxy.worker_protocols import WorkerProtocol
 
 CHAT_PATH = "/v1/chat/completions"
 # Finish reasons that leave a response incomplete, and the reason the client is told.
@@ -39,6 +41,14 @@ class ResponsesCall:
     @property
     def worker_path(self) -> str:
         return CHAT_PATH
+
+    @property
+    def protocol(self) -> WorkerProtocol:
+        return worker_protocols.CHAT
+
+    @property
+    def continues(self) -> str | None:
+        return None  # translation stores nothing: previous_response_id is refused in parsing
 
     @property
     def user(self) -> str | None:

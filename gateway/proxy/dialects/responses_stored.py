@@ -1,13 +1,19 @@
-"""The Responses routes that read a stored response back: `GET`/`DELETE /v1/responses/{id}`,
+"""The Responses routes that reach a stored response: `GET`/`DELETE /v1/responses/{id}`,
 `POST /v1/responses/{id}/cancel`, `GET /v1/responses/{id}/input_items`.
 
-Translated pools store nothing (`store: true` is refused when the response is made), so every id
-is unknown here. The caller is still authenticated first: without a valid key the answer is 401,
-never a hint about which ids exist.
+Only a native Responses pool stores responses, each in the worker process that made it: the call
+goes to that endpoint (gateway.routing.stored_responses), for the team that made the response
+only. An id that is unknown, another team's, or of a model the key may not use is the same 404,
+so a key learns nothing about the ids of others. The caller is authenticated first: without a
+valid key the answer is 401. These calls generate nothing: no limit is charged, nothing metered.
 """
 
 from __future__ import annotations
 
+from typing import Any
+from urllib.parse import urlencode
+
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -15,25 +21,90 @@ from starlette.routing import Route
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.auth import Authenticator
 from gateway.proxy.context import RequestContext
+from gateway.proxy.dialects.native import RESPONSE_ID_RE, RESPONSES_PATH, named
 from gateway.proxy.dialects.responses_request import NATIVE_SETTING
+from gateway.proxy.upstream import Upstream
+from gateway.proxy.worker_errors import worker_failure
+from gateway.routing.router import Router
+from gateway.routing.stored_responses import StoredResponses
+
+_MAX_ANSWER_BYTES = 64 * 1024 * 1024
+# input_items' paging parameters, the only query a worker is sent.
+_QUERY = ("after", "before", "limit", "order", "include", "include[]")
 
 
-async def _not_stored(request: Request) -> Response:
+def _unknown(response_id: str) -> GatewayError:
+    return GatewayError(
+        ErrorCode.NOT_FOUND,
+        f"No stored response with id '{response_id}' (translated pools store none; stored "
+        f"responses need a pool configured with `{NATIVE_SETTING}`).",
+    )
+
+
+async def _stored(request: Request, method: str, suffix: str = "") -> Response:
     ctx = RequestContext.of(request.scope)
     ctx.api = "responses"
-    auth: Authenticator = request.scope["state"]["auth"]
+    state = request.scope["state"]
+    auth: Authenticator = state["auth"]
     key = (await auth.authenticate(request.headers)).key
     ctx.team, ctx.key_id = key.team, key.id
-    raise GatewayError(
-        ErrorCode.NOT_FOUND,
-        "No such response: responses are not stored on translated pools (stored responses need a "
-        f"pool configured with `{NATIVE_SETTING}`).",
+    response_id: str = request.path_params["response_id"]
+    if not RESPONSE_ID_RE.fullmatch(response_id):
+        raise _unknown(response_id[:128])
+    stored: StoredResponses = state["stored"]
+    holder = await stored.find(response_id)
+    if holder is None or holder.team != key.team or not key.may_use(holder.model):
+        raise _unknown(response_id)
+    ctx.model = holder.model
+    router: Router = state["router"]
+    pool = router.pool(holder.pool)
+    if pool is None or pool.get(holder.endpoint) is None:
+        raise GatewayError(
+            ErrorCode.NOT_FOUND, f"The worker that stored the response '{response_id}' is gone."
+        )
+    query = [(k, v) for k, v in request.query_params.multi_items() if k in _QUERY]
+    url = holder.endpoint + f"{RESPONSES_PATH}/{response_id}{suffix}"
+    if query:
+        url += "?" + urlencode(query)
+    upstream: Upstream = state["upstream"]
+    timeouts = pool.model.timeouts
+    answer = await upstream.call_endpoint(
+        method,
+        url,
+        body=b"" if method == "POST" else None,
+        headers={"x-request-id": ctx.request_id},
+        connect_s=timeouts.connect,
+        total_s=timeouts.idle,
+        max_bytes=_MAX_ANSWER_BYTES,
     )
+    if answer.status != 200:
+        raise worker_failure(holder.model, answer.status, answer.body, answer.headers)
+    try:
+        body: Any = orjson.loads(answer.body)
+    except orjson.JSONDecodeError:
+        body = None
+    if not isinstance(body, dict):
+        raise GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker answered with invalid JSON.")
+    if method == "DELETE":
+        await stored.forget(response_id)
+    return Response(orjson.dumps(named(body, holder.answer_name)), media_type="application/json")
+
+
+async def _response(request: Request) -> Response:
+    return await _stored(request, request.method)
+
+
+async def _cancel(request: Request) -> Response:
+    return await _stored(request, "POST", "/cancel")
+
+
+async def _input_items(request: Request) -> Response:
+    return await _stored(request, "GET", "/input_items")
 
 
 def stored_routes() -> list[Route]:
     return [
-        Route("/v1/responses/{response_id}", _not_stored, methods=["GET", "DELETE"]),
-        Route("/v1/responses/{response_id}/cancel", _not_stored, methods=["POST"]),
-        Route("/v1/responses/{response_id}/input_items", _not_stored, methods=["GET"]),
+        Route("/v1/responses/{response_id}", _response, methods=["GET", "DELETE"]),
+        Route("/v1/responses/{response_id}/cancel", _cancel, methods=["POST"]),
+        Route("/v1/responses/{response_id}/input_items", _input_items, methods=["GET"]),
     ]

@@ -1,0 +1,213 @@
+"""Anthropic Messages and OpenAI Responses forwarded as they are, to workers that serve those APIs
+themselves (a model with `protocols: {messages: native}` or `{responses: native}`; vLLM 0.32 serves
+both).
+
+The client's body goes to the worker unchanged but for `model` (the worker's name for it); the
+worker's answer and events come back unchanged but for `model` (the client's name), and its
+errors in the client API's envelope with that API's types (vLLM's `BadRequestError` becomes
+`invalid_request_error`). Usage is read from the API's own events (gateway.proxy.worker_protocols).
+What the gateway checks before forwarding is what its limits need: the model, the stream flag and
+the output cap; the worker checks the rest, and its refusal reaches the client as a 4xx.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.limits.admission import Reservation
+from gateway.proxy import worker_protocols
+from gateway.proxy.usage import MAX_TOKENS
+from gateway.proxy.worker_protocols import WorkerProtocol
+
+MESSAGES_PATH = "/v1/messages"
+RESPONSES_PATH = "/v1/responses"
+# A response id a client names (previous_response_id, the stored routes): checked before it is
+# used in a Redis key or a worker URL.
+RESPONSE_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+# Values that carry no prompt text (base64 images and files, image URLs): left out of the estimate.
+_NOT_TEXT = frozenset({"data", "image_url", "url", "file_data", "file_id"})
+
+
+def _field_error(param: str, problem: str) -> GatewayError:
+    return GatewayError(ErrorCode.INVALID_REQUEST, f"'{param}' {problem}.", param=param)
+
+
+def text_chars(value: Any) -> int:
+    """Characters of prompt text in a request body: every string but images and files."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(text_chars(v) for v in value)
+    if isinstance(value, dict):
+        return sum(text_chars(v) for k, v in value.items() if k not in _NOT_TEXT)
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class NativeCall:
+    """One request for a worker that serves the client's API itself."""
+
+    body: dict[str, Any]
+    model: str
+    stream: bool
+    user: str | None
+    worker_path: str
+    protocol: WorkerProtocol
+    max_tokens: int | None
+    prompt_estimate: int
+    continues: str | None = None  # previous_response_id: the worker that holds it must answer
+
+    def reservation(self, default_max_tokens: int) -> Reservation:
+        cap = self.max_tokens
+        return Reservation(self.prompt_estimate, cap if cap is not None else default_max_tokens)
+
+    def estimated_prompt_tokens(self) -> int:
+        return self.prompt_estimate
+
+    def worker_body(self, wire_model: str, *, continuous_usage: bool) -> bytes:
+        # Re-encoded from what orjson parsed, so it can always be written again.
+        return orjson.dumps({**self.body, "model": wire_model})
+
+
+def _common(payload: dict[str, Any], cap_field: str) -> tuple[str, bool, int | None]:
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise _field_error("model", "is required and must be a non-empty string")
+    stream = payload.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _field_error("stream", "must be a boolean")
+    cap = payload.get(cap_field)
+    if cap is not None and (type(cap) is not int or not 1 <= cap <= MAX_TOKENS):
+        raise _field_error(cap_field, f"must be an integer from 1 to {MAX_TOKENS}")
+    return model, bool(stream), cap
+
+
+def _estimate(payload: dict[str, Any]) -> int:
+    return max(1, math.ceil(text_chars(payload) / 4))
+
+
+def messages_call(payload: dict[str, Any]) -> NativeCall:
+    model, stream, cap = _common(payload, "max_tokens")
+    if cap is None:
+        raise _field_error("max_tokens", "is required")
+    metadata = payload.get("metadata")
+    user = metadata.get("user_id") if isinstance(metadata, dict) else None
+    return NativeCall(
+        body=payload,
+        model=model,
+        stream=stream,
+        user=user if isinstance(user, str) and user else None,
+        worker_path=MESSAGES_PATH,
+        protocol=worker_protocols.MESSAGES,
+        max_tokens=cap,
+        prompt_estimate=_estimate(payload),
+    )
+
+
+def responses_call(payload: dict[str, Any]) -> NativeCall:
+    model, stream, cap = _common(payload, "max_output_tokens")
+    previous = payload.get("previous_response_id")
+    if previous is not None and (not isinstance(previous, str) or not RESPONSE_ID_RE.fullmatch(previous)):
+        raise _field_error("previous_response_id", "must be a response id")
+    user = payload.get("user")
+    return NativeCall(
+        body=payload,
+        model=model,
+        stream=stream,
+        user=user if isinstance(user, str) and user else None,
+        worker_path=RESPONSES_PATH,
+        protocol=worker_protocols.RESPONSES,
+        max_tokens=cap,
+        prompt_estimate=_estimate(payload),
+        continues=previous,
+    )
+
+
+def peek(raw: bytes) -> dict[str, Any]:
+    try:
+        payload = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise GatewayError(ErrorCode.INVALID_JSON, "The request body is not valid JSON.") from None
+    if not isinstance(payload, dict):
+        raise GatewayError(ErrorCode.INVALID_REQUEST, "The request body must be a JSON object.")
+    return payload
+
+
+def named(answer: dict[str, Any], answer_name: str) -> dict[str, Any]:
+    """The worker's object with the client's name for the model."""
+    if "model" in answer:
+        answer["model"] = answer_name
+    return answer
+
+
+def sse(kind: bytes, data: dict[str, Any]) -> bytes:
+    return b"event: " + kind + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+class MessagesPassThrough:
+    """The worker's Messages events, as they are but for the model's name in message_start."""
+
+    __slots__ = ("_answer_name", "_failure")
+
+    def __init__(self, answer_name: str, failure: Any) -> None:
+        self._answer_name = answer_name
+        self._failure = failure  # (GatewayError) -> bytes: the dialect's error event
+
+    def event(self, chunk: dict[str, Any], data: bytes, raw: bytes) -> bytes:
+        if chunk.get("type") == "message_start" and isinstance(chunk.get("message"), dict):
+            named(chunk["message"], self._answer_name)
+            return sse(b"message_start", chunk)
+        return raw
+
+    def done(self) -> bytes:
+        return b""  # Messages streams end with message_stop, already relayed
+
+    def failure(self, error: GatewayError) -> bytes:
+        result: bytes = self._failure(error)
+        return result
+
+
+class ResponsesPassThrough:
+    """The worker's Responses events, as they are but for the model's name in each `response`;
+    a failure is a `response.failed` event that continues the worker's sequence numbers."""
+
+    __slots__ = ("_answer_name", "_id", "_next_seq")
+
+    def __init__(self, answer_name: str) -> None:
+        self._answer_name = answer_name
+        self._id: str | None = None
+        self._next_seq = 0
+
+    def event(self, chunk: dict[str, Any], data: bytes, raw: bytes) -> bytes:
+        seq = chunk.get("sequence_number")
+        if type(seq) is int:
+            self._next_seq = seq + 1
+        response = chunk.get("response")
+        if not isinstance(response, dict):
+            return raw
+        self._id = worker_protocols.responses_id(response) or self._id
+        named(response, self._answer_name)
+        kind = chunk.get("type")
+        return sse(kind.encode() if isinstance(kind, str) else b"message", chunk)
+
+    def done(self) -> bytes:
+        return b""
+
+    def failure(self, error: GatewayError) -> bytes:
+        failed: dict[str, Any] = {
+            "id": self._id or "resp_" + "0" * 32,
+            "object": "response",
+            "status": "failed",
+            "model": self._answer_name,
+            "error": {"code": "server_error", "message": error.message},
+            "output": [],
+            "usage": None,
+        }
+        event = {"type": "response.failed", "sequence_number": self._next_seq, "response": failed}
+        return sse(b"response.failed", event)

@@ -1,0 +1,294 @@
+"""What the gateway reads from a worker's answer, per protocol the worker speaks.
+
+Every worker speaks the OpenAI chat contract (CHAT); a model whose workers serve a client API
+themselves (`protocols: {messages: native}`, `{responses: native}`) is answered in that API's own
+events, read by MESSAGES and RESPONSES. Each reads the same four things, which is all the relay
+and the settlement need: whether an event carried output (what keeps a stream alive and times its
+tokens), the usage so far and the final usage, the finish reason, and the end or a failure. The
+client's bytes are not decided here (gateway.proxy.dialects).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.proxy.settlement import Outcome
+from gateway.proxy.usage import InvalidUsage, Usage, parse_usage
+from gateway.proxy.worker_errors import sanitised
+
+
+@dataclass(slots=True)
+class Batch:
+    out: bytes = b""
+    done: bool = False  # the worker ended its stream, or failed with an error event
+    output: bool = False  # an event carried output (text, a finish, usage, the end): the worker is alive
+    failure: GatewayError | None = None
+    usage: Usage | None = None  # the last cumulative usage report among the events
+    stored_id: str | None = None  # a response the worker keeps, first named in this batch
+
+
+class StreamReader(Protocol):
+    """One stream's events, read in order; state lives here, one reader a stream."""
+
+    def read(self, chunk: dict[str, Any], outcome: Outcome, batch: Batch) -> None: ...
+
+
+class WorkerProtocol(Protocol):
+    def reader(self) -> StreamReader: ...
+
+    def usage(self, answer: dict[str, Any]) -> Usage:
+        """A whole answer's usage, checked (raises InvalidUsage)."""
+        ...
+
+    def stored_id(self, answer: dict[str, Any]) -> str | None:
+        """The id of a response the worker keeps, for later calls that must reach it."""
+        ...
+
+
+def note_usage(report: Any, outcome: Outcome) -> Usage | None:
+    """A usage report, checked; a lie marks the outcome and is otherwise ignored."""
+    try:
+        return parse_usage(report)
+    except InvalidUsage:
+        outcome.invalid_usage = True
+        return None
+
+
+def _generated(outcome: Outcome) -> None:
+    now = time.perf_counter()
+    if outcome.first_token_at is None:
+        outcome.first_token_at = now
+    outcome.last_token_at = now
+    outcome.tokens_relayed += 1
+
+
+def failure_event(error: Any) -> GatewayError:
+    """A worker's own error event, re-told in the gateway's terms: it ends the stream."""
+    message = error.get("message") if isinstance(error, dict) else error
+    if isinstance(message, str) and message.strip():
+        return GatewayError(ErrorCode.UPSTREAM_ERROR, sanitised("The worker failed mid-stream: " + message))
+    return GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker failed mid-stream.")
+
+
+# -- the OpenAI chat contract ------------------------------------------------------------------
+
+
+def _note_choices(choices: list[Any], outcome: Outcome) -> bool:
+    """Notes generated text and finish reasons; whether there was any (what keeps a stream alive)."""
+    generated = False
+    finished = False
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            if delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content"):
+                generated = True
+        elif choice.get("text"):
+            generated = True
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            outcome.finish_reason = reason
+            finished = True
+    if generated:
+        _generated(outcome)
+    return generated or finished
+
+
+class ChatReader:
+    """Chunks of `chat.completion.chunk` / `text_completion`, ended by `data: [DONE]` (handled
+    by the relay, the same for every protocol)."""
+
+    __slots__ = ()
+
+    def read(self, chunk: dict[str, Any], outcome: Outcome, batch: Batch) -> None:
+        if "error" in chunk:
+            outcome.error_reason = "worker_error_event"
+            batch.failure = failure_event(chunk["error"])
+            batch.done = batch.output = True
+            return
+        choices = chunk.get("choices")
+        if isinstance(choices, list) and _note_choices(choices, outcome):
+            batch.output = True
+        if "usage" in chunk and chunk["usage"] is not None:
+            if choices == []:
+                batch.output = True  # the final report (a per-chunk one rides on a delta)
+            usage = note_usage(chunk["usage"], outcome)
+            if usage is not None:
+                batch.usage = usage
+                if choices == []:
+                    outcome.usage = usage  # the final report
+
+
+_CHAT_READER = ChatReader()
+
+
+class ChatContract:
+    def reader(self) -> StreamReader:
+        return _CHAT_READER  # stateless
+
+    def usage(self, answer: dict[str, Any]) -> Usage:
+        return parse_usage(answer.get("usage"))
+
+    def stored_id(self, answer: dict[str, Any]) -> str | None:
+        return None
+
+
+# -- Anthropic Messages, served natively ---------------------------------------------------------
+
+
+def _anthropic_usage(report: Any, prompt: int | None = None) -> Usage:
+    """`{"input_tokens", "output_tokens"}` as checked counts; `prompt` stands in for an
+    input count the report leaves out (message_delta's usually does)."""
+    if not isinstance(report, dict):
+        raise InvalidUsage("usage is not an object")
+    return parse_usage(
+        {
+            "prompt_tokens": report.get("input_tokens", prompt),
+            "completion_tokens": report.get("output_tokens"),
+        }
+    )
+
+
+_MESSAGES_OUTPUT = frozenset({"text_delta", "thinking_delta", "input_json_delta"})
+
+
+class MessagesReader:
+    """message_start (input usage) -> content blocks -> message_delta (stop reason, output usage)
+    -> message_stop. Mid-stream the usage known is the exact input count and the deltas relayed
+    (vLLM sends one a token): what a client that leaves is metered with."""
+
+    __slots__ = ("_prompt",)
+
+    def __init__(self) -> None:
+        self._prompt: int | None = None
+
+    def read(self, chunk: dict[str, Any], outcome: Outcome, batch: Batch) -> None:
+        kind = chunk.get("type")
+        if kind == "content_block_delta":
+            delta = chunk.get("delta")
+            if isinstance(delta, dict) and delta.get("type") in _MESSAGES_OUTPUT:
+                _generated(outcome)
+                batch.output = True
+                if self._prompt is not None:
+                    batch.usage = Usage(self._prompt, outcome.tokens_relayed)
+        elif kind == "message_start":
+            message = chunk.get("message")
+            report = message.get("usage") if isinstance(message, dict) else None
+            try:
+                self._prompt = _anthropic_usage(report, 0).prompt_tokens
+            except InvalidUsage:
+                outcome.invalid_usage = True
+        elif kind == "message_delta":
+            batch.output = True
+            delta = chunk.get("delta")
+            reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+            if isinstance(reason, str) and reason:
+                outcome.finish_reason = reason
+            try:
+                usage = _anthropic_usage(chunk.get("usage"), self._prompt)
+            except InvalidUsage:
+                outcome.invalid_usage = True
+            else:
+                outcome.usage = batch.usage = usage
+        elif kind == "message_stop":
+            batch.done = batch.output = True
+        elif kind == "error":
+            outcome.error_reason = "worker_error_event"
+            batch.failure = failure_event(chunk.get("error"))
+            batch.done = batch.output = True
+
+
+class NativeMessages:
+    def reader(self) -> StreamReader:
+        return MessagesReader()
+
+    def usage(self, answer: dict[str, Any]) -> Usage:
+        return _anthropic_usage(answer.get("usage"))
+
+    def stored_id(self, answer: dict[str, Any]) -> str | None:
+        return None
+
+
+# -- OpenAI Responses, served natively -----------------------------------------------------------
+
+_RESPONSES_OUTPUT = frozenset(
+    {
+        "response.output_text.delta",
+        "response.function_call_arguments.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.refusal.delta",
+    }
+)
+_RESPONSES_END = frozenset({"response.completed", "response.incomplete"})
+
+
+def responses_id(response: Any) -> str | None:
+    rid = response.get("id") if isinstance(response, dict) else None
+    return rid if isinstance(rid, str) and rid else None
+
+
+class ResponsesReader:
+    """response.created (the id) -> deltas -> response.completed / .incomplete (usage), or
+    response.failed / error. Usage comes only at the end: a client that leaves mid-stream is
+    metered with the prompt estimate and the deltas relayed."""
+
+    __slots__ = ()
+
+    def read(self, chunk: dict[str, Any], outcome: Outcome, batch: Batch) -> None:
+        kind = chunk.get("type")
+        if kind in _RESPONSES_OUTPUT:
+            _generated(outcome)
+            batch.output = True
+        elif kind == "response.created":
+            batch.stored_id = responses_id(chunk.get("response"))
+        elif kind in _RESPONSES_END:
+            response = chunk.get("response")
+            response = response if isinstance(response, dict) else {}
+            details = response.get("incomplete_details")
+            reason = details.get("reason") if isinstance(details, dict) else None
+            outcome.finish_reason = reason if isinstance(reason, str) else "stop"
+            batch.done = batch.output = True
+            try:
+                usage = _responses_usage(response.get("usage"))
+            except InvalidUsage:
+                outcome.invalid_usage = True
+            else:
+                outcome.usage = batch.usage = usage
+        elif kind in ("response.failed", "error"):
+            outcome.error_reason = "worker_error_event"
+            response = chunk.get("response")
+            error = response.get("error") if isinstance(response, dict) else chunk
+            batch.failure = failure_event(error)
+            batch.done = batch.output = True
+
+
+def _responses_usage(report: Any) -> Usage:
+    if not isinstance(report, dict):
+        raise InvalidUsage("usage is not an object")
+    return parse_usage(
+        {"prompt_tokens": report.get("input_tokens"), "completion_tokens": report.get("output_tokens")}
+    )
+
+
+_RESPONSES_READER = ResponsesReader()
+
+
+class NativeResponses:
+    def reader(self) -> StreamReader:
+        return _RESPONSES_READER  # stateless
+
+    def usage(self, answer: dict[str, Any]) -> Usage:
+        return _responses_usage(answer.get("usage"))
+
+    def stored_id(self, answer: dict[str, Any]) -> str | None:
+        return responses_id(answer)
+
+
+CHAT = ChatContract()
+MESSAGES = NativeMessages()
+RESPONSES = NativeResponses()

@@ -1,0 +1,74 @@
+"""Which endpoint holds a response that a worker stored, and whose it is.
+
+A worker serving the Responses API natively (vLLM) keeps the responses it stored in the memory of
+its own process. A later call about one (`previous_response_id`, `GET`/`DELETE /v1/responses/{id}`,
+`cancel`, `input_items`) must reach that process, from any gateway replica, and only for the team
+that made it: so the first time the gateway sees a response id it writes the holder here, in Redis,
+with a TTL (SLUICEGATE_STORED_RESPONSE_TTL). A holder that could not be written only costs the
+later calls (a 404); a holder that cannot be read is Redis being down (503), never another team's
+response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.redis import keys
+
+log = logging.getLogger("sluicegate.stored_responses")
+
+_FIELDS = ("team", "model", "answer_name", "pool", "endpoint")
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    team: str
+    model: str  # the gateway's model, which the caller's key must be allowed
+    answer_name: str  # the name the client used, told back in place of the worker's
+    pool: str
+    endpoint: str  # the URL of the worker process that stored it
+
+
+class StoredResponses:
+    def __init__(self, redis: Redis, *, ttl_s: float, timeout_s: float) -> None:
+        self._redis = redis
+        self._ttl_ms = max(1, int(ttl_s * 1000))
+        self._timeout_s = timeout_s
+
+    async def remember(self, response_id: str, holder: Holder) -> None:
+        key = keys.stored_response(response_id)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                # NX: the first holder stands; a worker cannot move another team's response.
+                await self._redis.set(
+                    key, "\x1f".join(getattr(holder, f) for f in _FIELDS), nx=True, px=self._ttl_ms
+                )
+        except (RedisError, TimeoutError, OSError) as exc:
+            log.warning("stored response not remembered error=%s", type(exc).__name__)
+
+    async def find(self, response_id: str) -> Holder | None:
+        key = keys.stored_response(response_id)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                raw = await self._redis.get(key)
+        except (RedisError, TimeoutError, OSError):
+            raise GatewayError(ErrorCode.REDIS_UNAVAILABLE, "Redis is unavailable.") from None
+        if raw is None:
+            return None
+        parts = keys.as_text(raw).split("\x1f")
+        if len(parts) != len(_FIELDS):
+            return None
+        return Holder(*parts)
+
+    async def forget(self, response_id: str) -> None:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._redis.delete(keys.stored_response(response_id))
+        except (RedisError, TimeoutError, OSError) as exc:
+            log.warning("stored response not forgotten error=%s", type(exc).__name__)
