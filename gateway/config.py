@@ -86,6 +86,8 @@ class Settings:
     keep_alive_timeout_s: float = 5.0  # uvicorn's idle time between requests on one connection
     # A worker SSE event larger than this ends the stream with an error event (gateway/proxy/relay.py).
     max_event_bytes: int = 1024 * 1024
+    # A stream quiet this long gets its API's keep-alive event (Anthropic's `ping`).
+    stream_ping_interval_s: float = 15.0
     # Peers whose X-Forwarded-For the gateway extends instead of replacing (IPs or CIDRs).
     trusted_proxies: tuple[str, ...] = ()
     # Which namespaces may serve which autodiscovered model; a model with no entry only the
@@ -164,6 +166,9 @@ class Settings:
                 "SLUICEGATE_KEEP_ALIVE_TIMEOUT", defaults.keep_alive_timeout_s, float
             ),
             max_event_bytes=number("SLUICEGATE_MAX_EVENT_BYTES", defaults.max_event_bytes, int),
+            stream_ping_interval_s=number(
+                "SLUICEGATE_STREAM_PING_INTERVAL", defaults.stream_ping_interval_s, float
+            ),
             stored_response_ttl_s=number(
                 "SLUICEGATE_STORED_RESPONSE_TTL", defaults.stored_response_ttl_s, float
             ),

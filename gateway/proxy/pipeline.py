@@ -280,6 +280,8 @@ class Pipeline:
                 abort_client=client_abort(scope),
                 protocol=call.protocol,
                 remember=remember,
+                keepalive=dialect.keepalive,
+                ping_interval_s=self._settings.stream_ping_interval_s,
             )
             await relay.run(receive, send)
             return

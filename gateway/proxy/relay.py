@@ -63,7 +63,11 @@ class StreamRelay:
         abort_client: Callable[[], None] | None = None,
         protocol: WorkerProtocol = CHAT,
         remember: Callable[[str], Awaitable[None]] | None = None,
+        keepalive: bytes | None = None,
+        ping_interval_s: float = 15.0,
     ) -> None:
+        self._keepalive = keepalive
+        self._ping_interval_s = ping_interval_s
         self._upstream = upstream
         self._reader = protocol.reader()
         # Told a response id the worker keeps before the client can see it (and ask for it back).
@@ -133,7 +137,10 @@ class StreamRelay:
         try:
             async with asyncio.timeout_at(waiting_until) as timer:
                 while not batch.done:
-                    chunk = await content.readany()
+                    if self._keepalive is None:
+                        chunk = await content.readany()
+                    else:
+                        chunk = await self._read_or_ping(content, send)
                     if not chunk:
                         break
                     events = parser.feed(chunk)
@@ -207,6 +214,19 @@ class StreamRelay:
             send, {"type": "http.response.body", "body": self._client.failure(failure), "more_body": True}
         )
         await self._write(send, {"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _read_or_ping(self, content: aiohttp.StreamReader, send: Send) -> bytes:
+        """The worker's next bytes; while none come, the API's keep-alive event every ping
+        interval (the worker's deadlines stand: the outer timer still bounds the wait)."""
+        assert self._keepalive is not None
+        while True:
+            try:
+                async with asyncio.timeout(self._ping_interval_s):
+                    return await content.readany()
+            except TimeoutError:
+                await self._write(
+                    send, {"type": "http.response.body", "body": self._keepalive, "more_body": True}
+                )
 
     def _process(self, events: list[SSEEvent]) -> Batch:
         """The client's bytes for a batch of worker events, and what they said (the worker's

@@ -93,6 +93,9 @@ class MessagesCall:
 @dataclass(frozen=True, slots=True)
 class MessagesDialect:
     name: str = "messages"
+    # Anthropic's streams carry `ping` events; the gateway sends one when nothing else went out
+    # for a while, so proxies and clients with read timeouts do not give up on a long wait.
+    keepalive: bytes | None = b'event: ping\ndata: {"type": "ping"}\n\n'
 
     def parse(self, raw: bytes, native_models: Collection[str] = ()) -> MessagesCall | NativeCall:
         if native_models:  # only then is the model looked at before translating

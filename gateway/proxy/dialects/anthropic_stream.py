@@ -24,11 +24,29 @@ import orjson
 
 from gateway.errors import GatewayError
 from gateway.proxy.dialects.anthropic_errors import error_body
-from gateway.proxy.dialects.anthropic_think import Piece, ThinkSplitter
+from gateway.proxy.dialects.anthropic_think import Phase, Piece, ThinkSplitter
 
 
 def sse(kind: str, payload: dict[str, Any]) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _delta_prefix(index: int, delta_type: str, field: str) -> bytes:
+    """What `sse("content_block_delta", ...)` writes before the delta's string value: the hot path
+    writes the prefix and `orjson.dumps(text)` instead of encoding two dicts (the same bytes)."""
+    return (
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+        + str(index).encode()
+        + b',"delta":{"type":"'
+        + delta_type.encode()
+        + b'","'
+        + field.encode()
+        + b'":'
+    )
+
+
+_DELTA_END = b"}}\n\n"
+_TEXT = Phase.TEXT
 
 
 def stop_reason(
@@ -48,6 +66,7 @@ def stop_reason(
 class AnthropicStream:
     __slots__ = (
         "_block",
+        "_delta_prefix",
         "_finish",
         "_input_tokens",
         "_matched",
@@ -71,6 +90,7 @@ class AnthropicStream:
         self._output_tokens = 0
         self._started = False
         self._block: tuple[str, int] | None = None  # (kind, index) of the open block
+        self._delta_prefix = b""  # _delta_prefix of the open block, when it is text or thinking
         self._next_index = 0
         self._tools: dict[int, int] = {}  # the worker's tool-call index -> the block's index
         self._think = ThinkSplitter()
@@ -78,22 +98,37 @@ class AnthropicStream:
         self._matched: Any = None
 
     def event(self, chunk: dict[str, Any], data: bytes, raw: bytes) -> bytes:
-        out: list[bytes] = []
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._note_usage(usage)
-        if not self._started:
-            out.append(self._message_start())
+        out: list[bytes] = [] if self._started else [self._message_start()]
         choices = chunk.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
             choice = choices[0]  # a Messages request asks for one answer
             delta = choice.get("delta")
             if isinstance(delta, dict):
-                self._delta(delta, out)
+                content = delta.get("content")
+                block = self._block
+                if (
+                    isinstance(content, str)
+                    and content
+                    and block is not None
+                    and block[0] == "text"
+                    and self._think.phase is _TEXT
+                    and "reasoning_content" not in delta
+                    and "reasoning" not in delta
+                    and "tool_calls" not in delta
+                ):
+                    # The hot path: one more piece of the answer into the open text block. What
+                    # _delta writes then (the splitter passes text through once the answer began),
+                    # with no splitter, block or dict on the way.
+                    out.append(self._delta_prefix + orjson.dumps(content) + _DELTA_END)
+                else:
+                    self._delta(delta, out)
             finish = choice.get("finish_reason")
             if isinstance(finish, str) and finish:
                 self._finish, self._matched = finish, choice.get("stop_reason")
-        return b"".join(out)
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def done(self) -> bytes:
         out: list[bytes] = []
@@ -157,17 +192,18 @@ class AnthropicStream:
 
     def _pieces(self, pieces: list[Piece], out: list[bytes]) -> None:
         for thinking, text in pieces:
-            if thinking:
-                # A chat worker signs nothing: the signature stays empty.
-                block = {"type": "thinking", "thinking": "", "signature": ""}
-                index = self._open("thinking", block, out)
-                delta: dict[str, Any] = {"type": "thinking_delta", "thinking": text}
-            else:
-                index = self._open("text", {"type": "text", "text": ""}, out)
-                delta = {"type": "text_delta", "text": text}
-            out.append(
-                sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
-            )
+            block = self._block
+            kind = "thinking" if thinking else "text"
+            if block is None or block[0] != kind:
+                if thinking:
+                    # A chat worker signs nothing: the signature stays empty.
+                    self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""}, out)
+                else:
+                    self._open("text", {"type": "text", "text": ""}, out)
+            # sse("content_block_delta", {"type": "content_block_delta", "index": index,
+            # "delta": {"type": "text_delta", "text": text}}) (or thinking_delta, "thinking"),
+            # written from the open block's prefix.
+            out.append(self._delta_prefix + orjson.dumps(text) + _DELTA_END)
 
     def _tool_call(self, call: dict[str, Any], out: list[bytes]) -> None:
         position = call.get("index", 0)
@@ -205,6 +241,10 @@ class AnthropicStream:
         index = self._next_index
         self._next_index += 1
         self._block = (kind, index)
+        if kind == "text":
+            self._delta_prefix = _delta_prefix(index, "text_delta", "text")
+        elif kind == "thinking":
+            self._delta_prefix = _delta_prefix(index, "thinking_delta", "thinking")
         out.append(
             sse(
                 "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}

@@ -24,6 +24,7 @@ class Phase(enum.Enum):
 
 
 Piece = tuple[bool, str]  # (is thinking, text)
+_TEXT = Phase.TEXT
 
 
 class ThinkSplitter:
@@ -33,7 +34,14 @@ class ThinkSplitter:
         self._phase = Phase.START
         self._held = ""
 
+    @property
+    def phase(self) -> Phase:
+        """TEXT once the answer began: from then on every fragment is answer text, held nothing."""
+        return self._phase
+
     def feed(self, text: str) -> list[Piece]:
+        if self._phase is _TEXT and text:
+            return [(False, text)]  # nothing is held in TEXT: what the loop below returns
         out: list[Piece] = []
         rest = self._held + text
         self._held = ""

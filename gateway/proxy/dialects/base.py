@@ -83,6 +83,11 @@ class Dialect(Protocol[CallT]):
         """The API family, a metric label, usage dimension and log field, e.g. "chat"."""
         ...
 
+    @property
+    def keepalive(self) -> bytes | None:
+        """An event to send on a stream that has been quiet for a while, if the API has one."""
+        ...
+
     def parse(self, raw: bytes, native_models: Collection[str]) -> CallT:
         """`native_models`: the model names whose workers serve this API themselves."""
         ...

@@ -155,6 +155,7 @@ class OpenAIDialect:
     path: str
     input_field: str
     can_stream: bool
+    keepalive: bytes | None = None  # OpenAI's streams have no keep-alive event
 
     def parse(self, raw: bytes, native_models: Collection[str] = ()) -> OpenAICall:
         """`native_models`: no model serves these APIs other than by the chat contract."""

@@ -88,6 +88,7 @@ def output_items(message: dict[str, Any], status: str) -> list[dict[str, Any]]:
 @dataclass(frozen=True, slots=True)
 class ResponsesDialect:
     name: str = "responses"
+    keepalive: bytes | None = None
 
     def parse(self, raw: bytes, native_models: Collection[str] = ()) -> ResponsesCall | NativeCall:
         if native_models:  # only then is the model looked at before translating

@@ -32,6 +32,16 @@ from gateway.proxy.dialects.responses_call import ResponsesCall
 from gateway.proxy.usage import Usage
 
 
+def _event_head(kind: str) -> bytes:
+    """What `ResponsesStream._emit(kind, ...)` writes before the sequence number."""
+    return b"event: " + kind.encode() + b'\ndata: {"type":"' + kind.encode() + b'","sequence_number":'
+
+
+_TEXT_DELTA = _event_head("response.output_text.delta")
+_TEXT_DELTA_END = b',"logprobs":[]}\n\n'
+_REASONING_DELTA = _event_head("response.reasoning_text.delta")
+
+
 @dataclass(slots=True)
 class _Item:
     """One output item being streamed."""
@@ -43,6 +53,9 @@ class _Item:
     call_id: str = ""
     name: str = ""
     done: dict[str, Any] | None = None  # the finished item, once closed
+    # A text or reasoning item's delta event as written between its sequence number and its
+    # delta's string (see ResponsesStream._text); b"" until the first delta.
+    delta_middle: bytes = b""
 
     def shaped(self, status: str) -> dict[str, Any]:
         text = "".join(self.text)
@@ -86,7 +99,8 @@ class ResponsesStream:
 
     def event(self, chunk: dict[str, Any], data: bytes, raw: bytes) -> bytes:
         out: list[bytes] = [] if self._seq else self._begin()
-        self._note_usage(chunk)
+        if chunk.get("usage") is not None:
+            self._note_usage(chunk)
         choices = chunk.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices else None
         if isinstance(choice, dict):
@@ -97,7 +111,7 @@ class ResponsesStream:
             if isinstance(reason, str) and reason:
                 self._finish = reason
                 self._close_all(out)
-        return b"".join(out)
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def done(self) -> bytes:
         out: list[bytes] = [] if self._seq else self._begin()
@@ -134,20 +148,22 @@ class ResponsesStream:
         ]
 
     def _delta(self, delta: dict[str, Any], out: list[bytes]) -> None:
-        if any(delta.get(name) for name in ("content", "tool_calls", "reasoning_content")):
-            self._generated += 1  # counted as the relay counts tokens_relayed
-        for name in ("reasoning_content", "reasoning"):
-            reasoning = delta.get(name)
-            if isinstance(reasoning, str) and reasoning:
-                self._text("reasoning", reasoning, out)
-                break
         content = delta.get("content")
+        if content or delta.get("tool_calls") or delta.get("reasoning_content"):
+            self._generated += 1  # counted as the relay counts tokens_relayed
+        if "reasoning_content" in delta or "reasoning" in delta:
+            for name in ("reasoning_content", "reasoning"):
+                reasoning = delta.get(name)
+                if isinstance(reasoning, str) and reasoning:
+                    self._text("reasoning", reasoning, out)
+                    break
         if isinstance(content, str) and content:
             self._text("message", content, out)
-        calls = delta.get("tool_calls")
-        for call in calls if isinstance(calls, list) else ():
-            if isinstance(call, dict):
-                self._tool_call(call, out)
+        if "tool_calls" in delta:
+            calls = delta["tool_calls"]
+            for call in calls if isinstance(calls, list) else ():
+                if isinstance(call, dict):
+                    self._tool_call(call, out)
 
     def _open_item(
         self, kind: str, prefix: str, out: list[bytes], call_id: str = "", name: str = ""
@@ -167,10 +183,20 @@ class ResponsesStream:
             part = shape.text_part("") if kind == "message" else shape.reasoning_part("")
             out.append(self._emit("response.content_part.added", **self._where(item), part=part))
         item.text.append(text)
+        # self._emit("response.output_text.delta", **self._where(item), delta=text, logprobs=[]), or
+        # ("response.reasoning_text.delta", **self._where(item), delta=text): the same bytes, from
+        # the parts that stay the same over the item's deltas.
+        middle = item.delta_middle
+        if not middle:
+            where = orjson.dumps(self._where(item))  # {"item_id":…,"output_index":…,"content_index":0}
+            middle = item.delta_middle = b"," + where[1:-1] + b',"delta":'
+        encoded = orjson.dumps(text)
+        seq = self._seq
+        self._seq = seq + 1
         if kind == "message":
-            out.append(self._emit("response.output_text.delta", **self._where(item), delta=text, logprobs=[]))
+            out.append(_TEXT_DELTA + str(seq).encode() + middle + encoded + _TEXT_DELTA_END)
         else:
-            out.append(self._emit("response.reasoning_text.delta", **self._where(item), delta=text))
+            out.append(_REASONING_DELTA + str(seq).encode() + middle + encoded + b"}\n\n")
 
     def _tool_call(self, call: dict[str, Any], out: list[bytes]) -> None:
         index = call.get("index", 0)
