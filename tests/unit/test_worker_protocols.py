@@ -30,11 +30,11 @@ def _delta(text: str) -> dict[str, Any]:
     return {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
 
 
-MESSAGE_START = {"type": "message_start", "message": {"usage": {"input_tokens": 7, "output_tokens": 1}}}
+MESSAGE_START: dict[str, Any] = {"type": "message_start", "message": {"usage": {"input_tokens": 7, "output_tokens": 1}}}
 
 
 def test_a_messages_stream_is_metered_exactly_mid_way_and_at_its_end() -> None:
-    events = [
+    events: list[dict[str, Any]] = [
         MESSAGE_START,
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
         _delta("a"),
@@ -76,7 +76,7 @@ def test_pings_and_block_boundaries_are_not_output() -> None:
 
 
 def test_a_responses_stream_names_its_id_first_and_its_usage_last() -> None:
-    events = [
+    events: list[dict[str, Any]] = [
         {"type": "response.created", "response": {"id": "resp_1", "usage": None}},
         {"type": "response.output_text.delta", "delta": "x"},
         {
