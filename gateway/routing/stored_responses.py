@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -24,6 +25,9 @@ from gateway.redis import keys
 log = logging.getLogger("sluicegate.stored_responses")
 
 _FIELDS = ("team", "model", "answer_name", "pool", "endpoint")
+# A response id, whoever chose it (a client naming one, a worker making one): checked before it is
+# used in a Redis key or a worker URL.
+RESPONSE_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,9 @@ class StoredResponses:
         self._timeout_s = timeout_s
 
     async def remember(self, response_id: str, holder: Holder) -> None:
+        if not RESPONSE_ID_RE.fullmatch(response_id):
+            log.warning("stored response not remembered: the worker's id is not a response id")
+            return
         key = keys.stored_response(response_id)
         try:
             async with asyncio.timeout(self._timeout_s):

@@ -13,7 +13,6 @@ the output cap; the worker checks the rest, and its refusal reaches the client a
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,12 +23,10 @@ from gateway.limits.admission import Reservation
 from gateway.proxy import worker_protocols
 from gateway.proxy.usage import MAX_TOKENS
 from gateway.proxy.worker_protocols import WorkerProtocol
+from gateway.routing.stored_responses import RESPONSE_ID_RE
 
 MESSAGES_PATH = "/v1/messages"
 RESPONSES_PATH = "/v1/responses"
-# A response id a client names (previous_response_id, the stored routes): checked before it is
-# used in a Redis key or a worker URL.
-RESPONSE_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 # Values that carry no prompt text (base64 images and files, image URLs): left out of the estimate.
 _NOT_TEXT = frozenset({"data", "image_url", "url", "file_data", "file_id"})
 
