@@ -30,7 +30,10 @@ def _delta(text: str) -> dict[str, Any]:
     return {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
 
 
-MESSAGE_START: dict[str, Any] = {"type": "message_start", "message": {"usage": {"input_tokens": 7, "output_tokens": 1}}}
+MESSAGE_START: dict[str, Any] = {
+    "type": "message_start",
+    "message": {"usage": {"input_tokens": 7, "output_tokens": 1}},
+}
 
 
 def test_a_messages_stream_is_metered_exactly_mid_way_and_at_its_end() -> None:
