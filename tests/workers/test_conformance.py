@@ -41,6 +41,9 @@ SUITE = "workers/conformance"
 CONTINUOUS_USAGE = f"{SUITE}/test_continuous_usage.py"
 # Rules the fake worker breaks (see the report in workers/CONTRACT.md, "Known deviations").
 FAKE_DEVIATIONS = ("REQ-3", "ERR-3", "TOOL-5")
+# The optional capabilities the fake worker has (Messages, Responses with their store, /tokenize).
+NATIVE = ("--worker-messages", "--worker-responses", "--worker-responses-store", "--worker-tokenize")
+NATIVE_TESTS = tuple(f"{SUITE}/test_{name}.py" for name in ("messages", "responses", "tokenize"))
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -210,6 +213,39 @@ def lagging_running_usage(chunk: bytes) -> bytes:
     return b"data: " + json.dumps(event).encode() + b"\n\n"
 
 
+def _event_data(chunk: bytes, name: bytes) -> dict[str, Any] | None:
+    """The JSON of a named SSE event `name` (the fake sends one event per body chunk)."""
+    head = b"event: " + name + b"\ndata: "
+    return json.loads(chunk[len(head) :]) if chunk.startswith(head) else None
+
+
+def message_start_without_usage(chunk: bytes) -> bytes:
+    """Broken: `message_start` carries no usage, so a client leaving early goes unmetered."""
+    event = _event_data(chunk, b"message_start")
+    if event is None:
+        return chunk
+    del event["message"]["usage"]
+    return b"event: message_start\ndata: " + json.dumps(event).encode() + b"\n\n"
+
+
+def responses_done_marker(chunk: bytes) -> bytes:
+    """Broken: a Responses stream closed like a chat stream, with `data: [DONE]`."""
+    if _event_data(chunk, b"response.completed") is None:
+        return chunk
+    return chunk + b"data: [DONE]\n\n"
+
+
+def tokenize_without_template(scope: Scope, status: int, body: bytes) -> bytes:
+    """Broken: counts a little differently from its own usage (as a tokenizer without the chat
+    template, or another model's, would)."""
+    if scope["path"] != "/tokenize" or status != 200:
+        return body
+    answer = json.loads(body)
+    answer["count"] += 1
+    answer["tokens"].append(0)
+    return json.dumps(answer).encode()
+
+
 def bare_errors(scope: Scope, status: int, body: bytes) -> bytes:
     """Broken: errors as a bare string, the way vLLM production-stack's router answers them."""
     if status < 400:
@@ -299,6 +335,21 @@ VARIANTS: dict[str, tuple[Callable[[], ASGIApp], tuple[str, ...], set[str]]] = {
         (CONTINUOUS_USAGE, "--worker-strict"),
         {"SSE-10"},
     ),
+    "message-start-without-usage": (
+        lambda: ResponseRewrite(_fake(), chunk=message_start_without_usage),
+        (f"{SUITE}/test_messages.py", "--worker-messages"),
+        {"MSG-3"},
+    ),
+    "responses-done-marker": (
+        lambda: ResponseRewrite(_fake(), chunk=responses_done_marker),
+        (f"{SUITE}/test_responses.py", "--worker-responses"),
+        {"RSP-2"},
+    ),
+    "tokenize-miscounts": (
+        lambda: ResponseRewrite(_fake(), whole=tokenize_without_template),
+        (f"{SUITE}/test_tokenize.py", "--worker-tokenize"),
+        {"TOK-1", "TOK-2"},
+    ),
 }
 
 
@@ -327,7 +378,7 @@ def undecided_rules(output: str) -> set[str]:
 
 def test_the_fake_worker_passes() -> None:
     with run_uvicorn(_fake()) as url:
-        result = run_suite(url, *_allow(FAKE_DEVIATIONS))
+        result = run_suite(url, *NATIVE, *_allow(FAKE_DEVIATIONS))
     assert result.returncode == 0, result.stdout + result.stderr
     assert failed_rules(result.stdout) == set(), result.stdout
     # What the bare fake cannot show is reported as not decided, with the reason.
@@ -337,6 +388,29 @@ def test_the_fake_worker_passes() -> None:
     for rule_id in FAKE_DEVIATIONS:
         assert f"XFAIL {rule_id} (MUST)" in result.stdout, result.stdout
     assert "SSE-10" not in result.stdout, result.stdout
+    # Every optional capability ran and passed, its SHOULDs included.
+    assert "was not declared to serve" not in result.stdout, result.stdout
+    for prefix in ("MSG-", "RSP-", "TOK-"):
+        assert f"XFAIL {prefix}" not in result.stdout, result.stdout
+
+
+def test_the_fake_worker_passes_the_optional_rules_strictly() -> None:
+    with run_uvicorn(_fake()) as url:
+        result = run_suite(url, *NATIVE_TESTS, *NATIVE, "--worker-strict")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"^\d+ passed", result.stdout.splitlines()[-1]), result.stdout
+    assert "skipped" not in result.stdout.splitlines()[-1], result.stdout
+
+
+def test_without_the_options_the_optional_rules_are_skipped() -> None:
+    with run_uvicorn(_fake()) as url:
+        result = run_suite(url, *NATIVE_TESTS, "-rs")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"^\d+ skipped in", result.stdout.splitlines()[-1]), result.stdout
+    # The store rules need --worker-responses first, so they are skipped for want of it.
+    assert "was not declared to serve" in result.stdout, result.stdout
+    for option in ("--worker-messages", "--worker-responses", "--worker-tokenize"):
+        assert f"({option})" in result.stdout, result.stdout
 
 
 def test_the_fake_worker_with_engine_knobs_passes_the_tool_and_disconnect_rules() -> None:

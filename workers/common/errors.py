@@ -32,14 +32,28 @@ def error_envelope(message: str, err_type: str, code: int, param: str | None = N
 
 
 class RequestError(Exception):
-    """An error answered as an OpenAI error envelope with `status`."""
+    """An error answered as an OpenAI error envelope with `status`.
 
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+    `validation`: found by vLLM's request validation (its FastAPI layer) rather than by the
+    route's handler. vLLM answers those in the OpenAI envelope on every route, also on routes
+    whose own errors have another shape (`/v1/messages`).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        *,
+        err_type: str | None = None,
+        validation: bool = False,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
-        self.err_type = error_type(status)
+        self.err_type = err_type or error_type(status)
         self.param = param
+        self.validation = validation
 
     def envelope(self) -> dict[str, Any]:
         return error_envelope(self.message, self.err_type, self.status, self.param)
@@ -47,3 +61,8 @@ class RequestError(Exception):
 
 def bad_request(message: str, param: str | None = None) -> RequestError:
     return RequestError(400, message, param)
+
+
+def validation_error(field: str, message: str) -> RequestError:
+    """A 400 as vLLM's request validation words it: type "Bad Request", param "body.<field>"."""
+    return RequestError(400, message, f"body.{field}", err_type="Bad Request", validation=True)

@@ -18,18 +18,18 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def error_envelope(reply: Reply, context: str) -> dict[str, Any]:
-    """ERR-1: a non-2xx answer is JSON `{"error": {message, type, param, code}}`."""
+def error_envelope(reply: Reply, context: str, rule_id: str = "ERR-1") -> dict[str, Any]:
+    """ERR-1 (or `rule_id`): a non-2xx answer is JSON `{"error": {message, type, param, code}}`."""
     content_type = reply.headers.get("content-type", "")
     rule(
-        "ERR-1",
+        rule_id,
         content_type.split(";")[0].strip() == "application/json",
         f"{context}: expected content-type application/json, saw {content_type!r} ({reply.brief()})",
     )
     body = reply.json_or_none()
     error = body.get("error") if isinstance(body, dict) else None
     rule(
-        "ERR-1",
+        rule_id,
         isinstance(error, dict),
         f'{context}: expected a body {{"error": {{...}}}} with an object inside, saw {reply.brief()}',
     )
@@ -43,7 +43,7 @@ def error_envelope(reply: Reply, context: str) -> dict[str, Any]:
         problems.append("`param` must be present, a string or null")
     if "code" not in error or not (error["code"] is None or isinstance(error["code"], str | int)):
         problems.append("`code` must be present, a string, an integer or null")
-    rule("ERR-1", not problems, f"{context}: {'; '.join(problems)} in {reply.brief()}")
+    rule(rule_id, not problems, f"{context}: {'; '.join(problems)} in {reply.brief()}")
     return error
 
 
@@ -76,3 +76,28 @@ def settled_load(worker: Worker, timeout_s: float = 10.0) -> float:
     """running + waiting once the worker has finished earlier work (0 on an idle worker)."""
     met, _ = client.wait_until(lambda: sum(load(worker)) == 0, timeout_s, 0.05)
     return 0.0 if met else sum(load(worker))
+
+
+def anthropic_or_openai_error(reply: Reply, context: str, rule_id: str) -> None:
+    """A Messages error body: `{"type": "error", "error": {"type", "message"}}` (what vLLM's
+    handler answers), or the OpenAI envelope (what its request validation answers)."""
+    body = reply.json_or_none()
+    if isinstance(body, dict) and body.get("type") == "error":
+        content_type = reply.headers.get("content-type", "")
+        rule(
+            rule_id,
+            content_type.split(";")[0].strip() == "application/json",
+            f"{context}: expected content-type application/json, saw {content_type!r} ({reply.brief()})",
+        )
+        error = body.get("error")
+        rule(
+            rule_id,
+            isinstance(error, dict)
+            and isinstance(error.get("type"), str)
+            and isinstance(error.get("message"), str)
+            and error["message"],
+            f'{context}: expected {{"type": "error", "error": {{"type": str, "message": str}}}}, '
+            f"saw {reply.brief()}",
+        )
+        return
+    error_envelope(reply, context, rule_id)

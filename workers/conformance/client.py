@@ -298,3 +298,57 @@ def close_abruptly(conn: http.client.HTTPConnection) -> None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
     conn.close()
+
+
+# --- named-event SSE (Anthropic Messages, OpenAI Responses) ---------------------------------------
+
+
+@dataclass
+class NamedStream:
+    """A stream of `event: <name>\\ndata: <json>\\n\\n` events, with every framing problem found."""
+
+    reply: Reply
+    events: list[tuple[str, JSONObject]] = field(default_factory=list)
+    """(the `event:` name, the JSON object of its `data:`) of every well-formed event, in order."""
+    framing_problems: list[str] = field(default_factory=list)
+    trailing: bytes = b""
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.events]
+
+    def of(self, name: str) -> list[JSONObject]:
+        return [payload for event, payload in self.events if event == name]
+
+
+def parse_named_stream(reply: Reply) -> NamedStream:
+    stream = NamedStream(reply)
+    blocks = reply.body.split(b"\n\n")
+    stream.trailing = blocks.pop()
+    for number, block in enumerate(blocks, 1):
+        lines = block.split(b"\n")
+        if len(lines) != 2 or not lines[0].startswith(b"event: ") or not lines[1].startswith(b"data: "):
+            stream.framing_problems.append(
+                f"event {number} is not 'event: <name>' then one 'data: <json>' line: {block[:120]!r}"
+            )
+            continue
+        name = lines[0][len(b"event: ") :].decode("utf-8", "replace")
+        payload = lines[1][len(b"data: ") :]
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            stream.framing_problems.append(f"event {number} ({name}) is not JSON: {payload[:120]!r}")
+            continue
+        if not isinstance(data, dict):
+            stream.framing_problems.append(f"event {number} ({name}) is not a JSON object: {payload[:120]!r}")
+            continue
+        if data.get("type") != name:
+            stream.framing_problems.append(
+                f"event {number} is named {name!r} but its data has type {data.get('type')!r}"
+            )
+        stream.events.append((name, data))
+    return stream
+
+
+def named_stream_request(worker: Worker, path: str, body: JSONObject, **kwargs: Any) -> NamedStream:
+    return parse_named_stream(post(worker, path, body, **kwargs))

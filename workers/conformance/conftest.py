@@ -55,6 +55,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the user message of those requests, where the engine needs a cue to call the tool "
         "(default: a plain question about the weather)",
     )
+    for option, env, what in (
+        ("--worker-messages", "SLUICEGATE_WORKER_MESSAGES", "serves Anthropic Messages: run the MSG rules"),
+        ("--worker-responses", "SLUICEGATE_WORKER_RESPONSES", "serves OpenAI Responses: run the RSP rules"),
+        (
+            "--worker-responses-store",
+            "SLUICEGATE_WORKER_RESPONSES_STORE",
+            "stores Responses (vLLM: VLLM_ENABLE_RESPONSES_API_STORE=1): run the RSP store rules",
+        ),
+        (
+            "--worker-tokenize",
+            "SLUICEGATE_WORKER_TOKENIZE",
+            "serves vLLM's POST /tokenize: run the TOK rules",
+        ),
+    ):
+        group.addoption(
+            option,
+            action="store_true",
+            default=os.environ.get(env, "") not in ("", "0"),
+            help=f"the worker {what} (env {env}=1)",
+        )
     group.addoption(
         "--worker-allow",
         action="append",
@@ -203,6 +223,12 @@ def tool_choice_mode(pytestconfig: pytest.Config) -> str:
 def tool_prompt(pytestconfig: pytest.Config) -> str | None:
     prompt: str | None = pytestconfig.getoption("--worker-tool-prompt")
     return prompt
+
+
+def capability(pytestconfig: pytest.Config, option: str, what: str) -> None:
+    """Skip the calling test unless the run declared the worker able to do `what` with `option`."""
+    if not pytestconfig.getoption(option):
+        pytest.skip(f"the worker was not declared to serve {what} ({option})")
 
 
 def chat_body(model: str, **extra: Any) -> JSONObject:

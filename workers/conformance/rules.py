@@ -85,6 +85,29 @@ RULES: dict[str, Rule] = {
     "DIS-1": Rule("MUST", "a stream whose client leaves stops generating promptly", True),
     "DIS-2": Rule("MUST", "a non-stream request whose client leaves stops generating promptly", True),
     "DIS-3": Rule("SHOULD", "a queued request whose client leaves is dropped from the queue", False),
+    # Anthropic Messages (optional: --worker-messages)
+    "MSG-1": Rule("MUST", "POST /v1/messages answers a message with its usage", True),
+    "MSG-2": Rule("MUST", "a Messages stream is named events from message_start to message_stop", True),
+    "MSG-3": Rule("MUST", "a Messages stream carries usage in message_start and message_delta", True),
+    "MSG-4": Rule("MUST", "Messages errors are HTTP errors with a JSON error body", True),
+    "MSG-5": Rule("SHOULD", "POST /v1/messages/count_tokens counts the input as the answer does", True),
+    "MSG-6": Rule("MUST", "a Messages failure mid-stream is one error event, then the end", False),
+    # OpenAI Responses (optional: --worker-responses, --worker-responses-store)
+    "RSP-1": Rule("MUST", "POST /v1/responses answers a response object with its usage", True),
+    "RSP-2": Rule("MUST", "a Responses stream is numbered named events ending with the terminal one", True),
+    "RSP-3": Rule("MUST", "a Responses stream names its id first and its usage last", True),
+    "RSP-4": Rule("MUST", "Responses errors are HTTP errors in the OpenAI error envelope", True),
+    "RSP-5": Rule("MUST", "a stored response is answered again by GET /v1/responses/{id}", True),
+    "RSP-6": Rule("MUST", "previous_response_id continues a stored response", True),
+    "RSP-7": Rule("MUST", "an unknown or unstored response id is a 404", True),
+    "RSP-8": Rule("MUST", "cancelling a finished response is refused with 400, or answers it", True),
+    "RSP-9": Rule("SHOULD", "DELETE /v1/responses/{id} deletes a stored response", True),
+    "RSP-10": Rule("SHOULD", "GET /v1/responses/{id}/input_items lists its input items", True),
+    "RSP-11": Rule("MUST", "a Responses failure mid-stream is one error event, then the end", False),
+    # Tokenize (optional: --worker-tokenize)
+    "TOK-1": Rule("MUST", "POST /tokenize counts messages as chat counts its prompt", True),
+    "TOK-2": Rule("MUST", "POST /tokenize counts a prompt as completions counts it", True),
+    "TOK-3": Rule("MUST", "/tokenize errors are HTTP errors in the OpenAI error envelope", True),
 }
 
 

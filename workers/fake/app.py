@@ -35,6 +35,19 @@ Programming headers (all optional):
   `tags` sends them in the content as a model without one writes them: `<think>` opening the
   first, `</think>` closing the last.
 
+Native dialects, framed as vLLM 0.32 frames them (details in their modules):
+- `POST /v1/messages` and `POST /v1/messages/count_tokens`: Anthropic Messages
+  (`workers/fake/messages.py`); `event:`-named SSE, no `[DONE]`.
+- `POST /v1/responses`, `GET`/`DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel`,
+  `GET /v1/responses/{id}/input_items`: OpenAI Responses (`workers/fake/responses.py`); finished
+  responses are stored in this worker's memory unless `"store": false`, and no other worker
+  (process or app) sees them.
+- `POST /tokenize` (vLLM's): `{"model", "messages"}` or `{"model", "prompt"}` answers `{"count",
+  "max_model_len", "tokens", "token_strs": null}`, `count` being the `prompt_tokens` a chat
+  (completion) request with those messages (prompt) reports.
+The timing and failure headers (`x-fake-tokens`, the delays, `x-fake-status`, `x-fake-fail-after`,
+`x-fake-error-event-after` as the dialect's error event, `x-fake-stall`) work on them too.
+
 Every POST is recorded under its `x-request-id` (one is generated when absent; either is echoed in
 the response headers) and can be read back from `GET /fake/requests/{request_id}`.
 """
@@ -46,7 +59,7 @@ import hashlib
 import math
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from functools import partial
 from typing import Any
 
@@ -58,11 +71,12 @@ from starlette.routing import Route
 from starlette.types import Receive, Send
 
 from workers.common import framing
-from workers.common.errors import RequestError, bad_request, error_envelope
+from workers.common.errors import RequestError, bad_request, error_envelope, validation_error
 from workers.common.framing import ChatFrames, CompletionFrames
 from workers.common.streaming import ASGIResponse, run_unless_disconnected
+from workers.fake import messages, responses, stored
 from workers.fake.aborts import InjectedAbort
-from workers.fake.generation import Frames, answer_body, produce_stream
+from workers.fake.generation import NativeEvents, answer_body, produce_native_stream, produce_stream
 from workers.fake.plan import (
     Plan,
     chat_prompt_tokens,
@@ -72,9 +86,11 @@ from workers.fake.plan import (
     string_list,
 )
 from workers.fake.records import RequestRecord, RequestRecords, RunningGauge
+from workers.fake.stored import ResponseStore
 
 STALL_S = 600.0
 EMBEDDING_DIM = 8
+MAX_MODEL_LEN = 131072
 # Answered to a client that has already gone; the server discards it.
 _GONE_STATUS = 499
 
@@ -91,13 +107,17 @@ def embed(text: str) -> list[float]:
     return [v / norm for v in raw]
 
 
-class _Worker:
-    def __init__(self, model_names: Sequence[str]) -> None:
+class FakeWorker:
+    """The worker's state (records, gauges, stored responses) and the plumbing its routes share."""
+
+    def __init__(self, model_names: Sequence[str], max_model_len: int) -> None:
         if not model_names:
             raise ValueError("the fake worker needs at least one model name")
         self.model_names = tuple(model_names)
+        self.max_model_len = max_model_len
         self.records = RequestRecords()
         self.gauge = RunningGauge(self.model_names)
+        self.responses = ResponseStore()
 
     async def health(self, request: Request) -> Response:
         return _json({"status": "ok"})
@@ -128,15 +148,15 @@ class _Worker:
         return await self._generate(request, chat=False)
 
     async def embeddings(self, request: Request) -> Response:
-        record = await self._intake(request)
+        record = await self.intake(request)
         if record is None:
-            return Response(status_code=_GONE_STATUS)
+            return self.gone()
         try:
-            body = self._json_body(record)
+            body = self.json_body(record)
             inputs = string_list(body, "input")
-            model = self._model(body)
+            model = self.model_of(body)
         except RequestError as err:
-            return self._error(record, err)
+            return self.error(record, err)
         data = [
             {"index": i, "object": "embedding", "embedding": embed(text)} for i, text in enumerate(inputs)
         ]
@@ -150,9 +170,44 @@ class _Worker:
             "usage": framing.usage(prompt_tokens, 0, with_details=True),
         }
         record.finish("completed", 200)
-        return _json(payload, headers={"x-request-id": record.request_id})
+        return self.json(payload, record)
 
-    async def _intake(self, request: Request) -> RequestRecord | None:
+    async def tokenize(self, request: Request) -> Response:
+        record = await self.intake(request)
+        if record is None:
+            return self.gone()
+        try:
+            body = self.json_body(record, validation=True)
+            if body.get("messages") is not None:
+                count = chat_prompt_tokens(body)
+            elif isinstance(body.get("prompt"), str):
+                count = completion_prompt_tokens(body)
+            else:
+                raise validation_error("prompt", "prompt (a string) or messages: Field required")
+            self.model_of(body)
+        except RequestError as err:
+            return self.error(record, err)
+        record.finish("completed", 200)
+        tokens = [_token_id(i) for i in range(count)]
+        answer = {"count": count, "max_model_len": self.max_model_len, "tokens": tokens, "token_strs": None}
+        return self.json(answer, record)
+
+    # --- shared by every route -------------------------------------------------------------------
+
+    @staticmethod
+    def new_id(prefix: str) -> str:
+        return f"{prefix}{uuid.uuid4().hex[:16]}"
+
+    @staticmethod
+    def gone() -> Response:
+        return Response(status_code=_GONE_STATUS)
+
+    @staticmethod
+    def json(payload: Any, record: RequestRecord | None = None) -> Response:
+        return _json(payload, headers=None if record is None else {"x-request-id": record.request_id})
+
+    async def intake(self, request: Request) -> RequestRecord | None:
+        """Read and record the request; None when its client left before the body arrived."""
         headers = dict(request.headers.items())
         request_id = headers.get("x-request-id") or uuid.uuid4().hex
         try:
@@ -160,22 +215,27 @@ class _Worker:
         except ClientDisconnect:
             return None
         try:
-            body = orjson.loads(raw)
+            body = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
             body = None
         record = RequestRecord(request_id, request.url.path, headers, body)
         self.records.add(record)
         return record
 
-    def _json_body(self, record: RequestRecord) -> dict[str, Any]:
+    def json_body(self, record: RequestRecord, *, validation: bool = False) -> dict[str, Any]:
+        """The request's JSON object, after `x-fake-status`; `validation`: a body that is not one is
+        refused as vLLM's request validation refuses it (see `validation_error`)."""
         injected = injected_status(record.headers)
         if injected is not None:
             raise injected
         if not isinstance(record.body, dict):
+            if validation:
+                message = "JSON decode error: the request body must be a JSON object"
+                raise RequestError(400, message, "body", err_type="Bad Request", validation=True)
             raise bad_request("the request body must be a JSON object")
         return record.body
 
-    def _model(self, body: dict[str, Any]) -> str:
+    def model_of(self, body: dict[str, Any]) -> str:
         model = body.get("model")
         if model is None:
             # vLLM serves its first model name when the request names none.
@@ -186,30 +246,79 @@ class _Worker:
             raise RequestError(404, f"The model `{model}` does not exist.", "model")
         return model
 
-    def _error(self, record: RequestRecord, err: RequestError) -> Response:
-        record.finish("failed", err.status)
-        headers = {"x-request-id": record.request_id}
+    def error(self, record: RequestRecord | None, err: RequestError, *, anthropic: bool = False) -> Response:
+        """The error answer: the OpenAI envelope, or with `anthropic` vLLM's Messages error body
+        for errors its handler finds (validation errors stay in the envelope there too)."""
+        headers = {}
+        if record is not None:
+            record.finish("failed", err.status)
+            headers["x-request-id"] = record.request_id
         if err.status in (429, 503):
             headers["retry-after"] = "1"
-        return _json(err.envelope(), err.status, headers)
+        body = messages.error_body(err) if anthropic and not err.validation else err.envelope()
+        return _json(body, err.status, headers)
+
+    async def whole(
+        self,
+        receive: Receive,
+        record: RequestRecord,
+        plan: Plan,
+        model: str,
+        build: Callable[[], bytes],
+        *,
+        anthropic: bool = False,
+    ) -> Response:
+        """A non-stream answer: wait as long as the generation takes, then `build()` it (or fail
+        as the plan says)."""
+        tokens = plan.tokens_to_send
+        delay = plan.first_token_delay_s + tokens * plan.token_delay_s
+        with self.gauge.track(model):
+            if (plan.stall and not await self._stall(receive)) or (
+                delay > 0 and not await run_unless_disconnected(asyncio.sleep(delay), receive)
+            ):
+                record.finish("disconnected")
+                return self.gone()
+        if plan.failure_at is not None:
+            message = f"fake worker: injected failure after {tokens} tokens"
+            return self.error(record, RequestError(500, message), anthropic=anthropic)
+        body = build()
+        record.tokens_sent = tokens
+        record.finish("completed", 200)
+        headers = {"x-request-id": record.request_id}
+        return Response(body, media_type="application/json", headers=headers)
+
+    def native_stream(self, record: RequestRecord, plan: Plan, model: str, events: NativeEvents) -> Response:
+        async def produce(send: Send) -> None:
+            await produce_native_stream(record, plan, events, send)
+
+        return ASGIResponse(partial(self._stream, record, plan, model, produce))
+
+    # --- chat and completions --------------------------------------------------------------------
 
     async def _generate(self, request: Request, *, chat: bool) -> Response:
-        record = await self._intake(request)
+        record = await self.intake(request)
         if record is None:
-            return Response(status_code=_GONE_STATUS)
+            return self.gone()
         try:
-            body = self._json_body(record)
+            body = self.json_body(record)
             prompt_tokens = chat_prompt_tokens(body) if chat else completion_prompt_tokens(body)
-            model = self._model(body)
+            model = self.model_of(body)
             plan = make_plan(record.headers, body, chat=chat)
         except RequestError as err:
-            return self._error(record, err)
+            return self.error(record, err)
         response_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         created = int(time.time())
         if body.get("stream") is not True:
-            return await self._complete(
-                request.receive, record, plan, chat, response_id, created, model, prompt_tokens
+            build = partial(
+                answer_body,
+                plan,
+                chat=chat,
+                response_id=response_id,
+                created=created,
+                model=model,
+                prompt_tokens=prompt_tokens,
             )
+            return await self.whole(request.receive, record, plan, model, build)
         options = body.get("stream_options")
         options = options if isinstance(options, dict) else {}
         include_usage = options.get("include_usage") is True
@@ -218,55 +327,21 @@ class _Worker:
         frames = (ChatFrames if chat else CompletionFrames)(
             response_id, created, model, continuous_usage=prompt_tokens if continuous else None
         )
-        serve = partial(self._stream, record, plan, frames, model, prompt_tokens, include_usage)
-        return ASGIResponse(serve)
+
+        async def produce(send: Send) -> None:
+            await produce_stream(record, plan, frames, prompt_tokens, include_usage, send)
+
+        return ASGIResponse(partial(self._stream, record, plan, model, produce))
 
     async def _stall(self, receive: Receive) -> bool:
         return await run_unless_disconnected(asyncio.sleep(STALL_S), receive)
-
-    async def _complete(
-        self,
-        receive: Receive,
-        record: RequestRecord,
-        plan: Plan,
-        chat: bool,
-        response_id: str,
-        created: int,
-        model: str,
-        prompt_tokens: int,
-    ) -> Response:
-        tokens = plan.tokens_to_send
-        delay = plan.first_token_delay_s + tokens * plan.token_delay_s
-        with self.gauge.track(model):
-            if (plan.stall and not await self._stall(receive)) or (
-                delay > 0 and not await run_unless_disconnected(asyncio.sleep(delay), receive)
-            ):
-                record.finish("disconnected")
-                return Response(status_code=_GONE_STATUS)
-        if plan.failure_at is not None:
-            message = f"fake worker: injected failure after {tokens} tokens"
-            return self._error(record, RequestError(500, message))
-        body = answer_body(
-            plan,
-            chat=chat,
-            response_id=response_id,
-            created=created,
-            model=model,
-            prompt_tokens=prompt_tokens,
-        )
-        record.tokens_sent = tokens
-        record.finish("completed", 200)
-        headers = {"x-request-id": record.request_id}
-        return Response(body, media_type="application/json", headers=headers)
 
     async def _stream(
         self,
         record: RequestRecord,
         plan: Plan,
-        frames: Frames,
         model: str,
-        prompt_tokens: int,
-        include_usage: bool,
+        produce: Callable[[Send], Coroutine[Any, Any, None]],
         receive: Receive,
         send: Send,
     ) -> None:
@@ -280,9 +355,8 @@ class _Worker:
             ]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             record.status = 200
-            produce = produce_stream(record, plan, frames, prompt_tokens, include_usage, send)
             try:
-                finished = await run_unless_disconnected(produce, receive)
+                finished = await run_unless_disconnected(produce(send), receive)
             except InjectedAbort:
                 record.finish("failed")
                 raise
@@ -292,9 +366,26 @@ class _Worker:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def create_app(model_names: Sequence[str] = ("fake-model",)) -> Starlette:
-    """A fresh worker serving `model_names`; all its state lives on this app (`.state.worker`)."""
-    worker = _Worker(model_names)
+def _token_id(i: int) -> int:
+    """The fake tokenizer's id of prompt token i: any stable number will do."""
+    return 100 + i
+
+
+def _bind(worker: FakeWorker, handler: Callable[[FakeWorker, Request], Awaitable[Response]]) -> Any:
+    async def endpoint(request: Request) -> Response:
+        return await handler(worker, request)
+
+    return endpoint
+
+
+def create_app(
+    model_names: Sequence[str] = ("fake-model",), *, max_model_len: int = MAX_MODEL_LEN
+) -> Starlette:
+    """A fresh worker serving `model_names`; all its state lives on this app (`.state.worker`).
+
+    `max_model_len` is only what `/tokenize` reports: the fake enforces no context window."""
+    worker = FakeWorker(model_names, max_model_len)
+    one = "/v1/responses/{response_id}"
     routes = [
         Route("/health", worker.health, methods=["GET"]),
         Route("/v1/models", worker.models, methods=["GET"]),
@@ -303,6 +394,14 @@ def create_app(model_names: Sequence[str] = ("fake-model",)) -> Starlette:
         Route("/v1/chat/completions", worker.chat, methods=["POST"]),
         Route("/v1/completions", worker.completions, methods=["POST"]),
         Route("/v1/embeddings", worker.embeddings, methods=["POST"]),
+        Route("/tokenize", worker.tokenize, methods=["POST"]),
+        Route("/v1/messages", _bind(worker, messages.create_message), methods=["POST"]),
+        Route("/v1/messages/count_tokens", _bind(worker, messages.count_tokens), methods=["POST"]),
+        Route("/v1/responses", _bind(worker, responses.create_response), methods=["POST"]),
+        Route(one, _bind(worker, stored.get_response), methods=["GET"]),
+        Route(one, _bind(worker, stored.delete_response), methods=["DELETE"]),
+        Route(f"{one}/cancel", _bind(worker, stored.cancel_response), methods=["POST"]),
+        Route(f"{one}/input_items", _bind(worker, stored.list_input_items), methods=["GET"]),
     ]
     app = Starlette(routes=routes)
     app.state.worker = worker

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.types import Send
 
@@ -124,3 +124,49 @@ async def produce_stream(
             await emit(frames.usage_chunk(prompt_tokens, tokens))
         record.finish("completed")
     await emit(framing.SSE_DONE)
+
+
+class NativeEvents(Protocol):
+    """The events of a stream in a native dialect (Anthropic Messages, OpenAI Responses)."""
+
+    def opening(self) -> list[bytes]:
+        """Sent once the first-token delay has passed, before any token."""
+
+    def token(self, i: int) -> bytes:
+        """Token i's event (its text is `token_text(i)`)."""
+
+    def closing(self) -> list[bytes]:
+        """Sent after the last token of a generation that succeeded; the body ends after them."""
+
+    def failure(self, message: str) -> bytes:
+        """The dialect's error event, for `x-fake-error-event-after`; the body ends after it."""
+
+
+async def produce_native_stream(record: RequestRecord, plan: Plan, events: NativeEvents, send: Send) -> None:
+    """Send every event of a native-dialect stream after the response headers.
+
+    Raises InjectedAbort where `x-fake-fail-after` wants the connection dropped.
+    """
+
+    async def emit(data: bytes) -> None:
+        await send({"type": "http.response.body", "body": data, "more_body": True})
+
+    if plan.first_token_delay_s:
+        await asyncio.sleep(plan.first_token_delay_s)
+    for event in events.opening():
+        await emit(event)
+    tokens = plan.tokens_to_send
+    for i in range(tokens):
+        if plan.token_delay_s:
+            await asyncio.sleep(plan.token_delay_s)
+        await emit(events.token(i))
+        record.tokens_sent += 1
+    if plan.fail_after is not None:
+        raise InjectedAbort(f"fake worker: injected abort after {tokens} tokens")
+    if plan.failure_at is not None:
+        await emit(events.failure(f"fake worker: injected error after {tokens} tokens"))
+        record.finish("failed")
+        return
+    for event in events.closing():
+        await emit(event)
+    record.finish("completed")

@@ -34,6 +34,10 @@ export VLLM_CACHE_ROOT="$HOME_DIR/vllm-cache" TORCHINDUCTOR_CACHE_DIR="$HOME_DIR
        TMPDIR="$HOME_DIR/tmp" HF_HOME="$HOME_DIR/hf"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"  # GiB
+# Stored Responses (`store`, GET /v1/responses/{id}, previous_response_id, cancel): vLLM ignores
+# `store` unless this is set, and then keeps every stored response in this process's memory for
+# good (it never evicts). The worker contract's RSP store rules need it; 0 turns it off.
+export VLLM_ENABLE_RESPONSES_API_STORE="${VLLM_ENABLE_RESPONSES_API_STORE:-1}"
 # Named/"required" tool_choice: vLLM's default (strict xgrammar structural tags in hermes format)
 # lets random weights loop on whitespace or digits until max_tokens, so no tool_calls come back.
 # The plain JSON-schema path with whitespace disabled returns real tool_calls for bounded
