@@ -5,11 +5,14 @@ Starts a throwaway Redis, the raw-asyncio mock worker (bench/mock_worker.py), th
 no auth, no Redis) as child processes; pins the gateway and the proxies to one CPU (only one of them
 is ever under load: their phases take turns) and everything else (Redis, the mock workers, this load
 generator) to the other CPU(s); warms up; runs bounded load phases; prints a table with PASS/MISS
-against the targets, and a second one setting direct, bare proxy and gateway side by side. Every
-child is stopped on exit, on Ctrl-C, on SIGTERM, and by a hard watchdog if anything hangs.
+against the targets, a second one setting direct, bare proxy and gateway side by side, and a third
+one setting the gateway's three client APIs side by side (chat; Anthropic Messages and OpenAI
+Responses, which the gateway translates to the worker's chat contract). Every child is stopped on
+exit, on Ctrl-C, on SIGTERM, and by a hard watchdog if anything hangs.
 
-    .venv/bin/python bench/gateway_bench.py            # full run, about 2.5 min
-    .venv/bin/python bench/gateway_bench.py --quick    # smoke run, about 50 s
+    .venv/bin/python bench/gateway_bench.py            # full run, about 3 min
+    .venv/bin/python bench/gateway_bench.py --quick    # smoke run, about 70 s
+    .venv/bin/python bench/gateway_bench.py --chat-only   # without the translated APIs, about 2 min
     .venv/bin/python bench/gateway_bench.py --profile /tmp/prof   # + py-spy phases afterwards
 """
 
@@ -26,7 +29,7 @@ from typing import Any
 import uvloop
 from harness import cli
 from harness.cpu import Monitor, machine_facts, memory_kib, pin, split_cpus
-from harness.load import Load, PhaseResult, Target, chat_body, open_session, percentile
+from harness.load import APIS, Load, PhaseResult, Target, chat_body, open_session, percentile
 from harness.procs import Children, gateway_stack, start_announcing, start_bare_proxy
 from harness.profile import find_py_spy, profile_phases, report_profiles
 from harness.redis_stats import CommandStats, describe
@@ -52,6 +55,9 @@ TARGET_CPU_US_PER_CHUNK = 50.0
 # Against the bare proxy, measured in the same run (issue 10).
 TARGET_CPU_RATIO = 2.5  # gateway CPU per request / bare proxy CPU per request
 TARGET_TTFT_OVER_PROXY_MS = 0.5  # gateway added TTFT p50 - bare proxy added TTFT p50
+# The translated client APIs (Anthropic Messages, OpenAI Responses) against chat, same run.
+TARGET_API_CPU_RATIO = 1.25  # their CPU per request / chat's, non-stream and streamed
+TRANSLATED = ("messages", "responses")  # the client APIs besides chat, by harness.load.APIS name
 
 # Gateway phases whose Redis commands are broken down per command name in the details.
 _GATEWAY_COMMANDS = ("evalsha", "eval", "hgetall", "hmget")  # the request-path round trips
@@ -74,9 +80,10 @@ class Plan:
     prefill_ms: float
     tokens: int
     profile_s: float
+    apis: tuple[str, ...]  # the translated client APIs measured besides chat (TRANSLATED, or none)
 
     @classmethod
-    def make(cls, quick: bool) -> Plan:
+    def make(cls, quick: bool, chat_only: bool = False) -> Plan:
         return cls(
             warmup_s=1.5 if quick else 3.0,
             saturation_s=3.0 if quick else 8.0,
@@ -93,18 +100,21 @@ class Plan:
             prefill_ms=PREFILL_MS,
             tokens=TOKENS,
             profile_s=4.0 if quick else 6.0,
+            apis=() if chat_only else TRANSLATED,
         )
 
     def length_s(self, profile: bool) -> float:
         sides = (
             self.latency_side_s + self.c16_side_s + self.ttft_side_s + self.stream_side_s + self.paced_side_s
         )
+        apis = len(self.apis)
         return (
-            self.warmup_s
-            + 2 * self.saturation_s  # bare proxy and gateway
+            self.warmup_s * (1 + apis / 4)  # the APIs' warm-up adds the stream and non-stream quarters
+            + (2 + apis) * self.saturation_s  # bare proxy, gateway (chat), gateway per other API
             + self.saturation_s  # every limit, gateway only
             + self.rounds * 3 * sides  # direct, bare proxy, gateway
-            + (5 * (self.profile_s + 20) if profile else 0)
+            + self.rounds * apis * (self.ttft_side_s + self.stream_side_s)  # the APIs' extra sides
+            + ((5 + 2 * apis) * (self.profile_s + 20) if profile else 0)
         )
 
 
@@ -114,12 +124,15 @@ async def measure(
     proxy: dict[str, Target],
     gateway: Target,
     limited: Target,
+    apis: dict[str, Target],
     plan: Plan,
     args: argparse.Namespace,
     step: Callable[[str], None],
 ) -> dict[str, Any]:
     """The phases, in order. `direct` and `proxy` map each model to its worker and to the bare proxy
-    in front of it; `gateway` and `limited` are the gateway with the two keys."""
+    in front of it; `gateway` and `limited` are the gateway with the two keys; `apis` the gateway's
+    other client APIs (`plan.apis`), labelled "gateway <api>": their sides join the saturation,
+    TTFT c=1 and unpaced stream phases, taken in turn with the chat path's."""
     whole = chat_body(MODEL, stream=False)
     streamed = chat_body(MODEL, stream=True)
     ttft_body = chat_body(TTFT_MODEL, stream=True)
@@ -131,6 +144,8 @@ async def measure(
     def three(model: str) -> dict[str, Target]:
         return {"direct": direct[model], "bare proxy": proxy[model], "gateway": gateway}
 
+    translated = {f"gateway {name}": target for name, target in apis.items()}
+
     step("warm-up")
     for body, model, stream in (
         (whole, MODEL, False),
@@ -141,7 +156,8 @@ async def measure(
         # At the phases' concurrency, so that connection pools (the gateway's Redis pool included)
         # have grown before anything is measured.
         concurrency = plan.stream_concurrency if stream else plan.saturation_concurrency
-        for target in three(model).values():
+        warm = [*three(model).values(), *(translated.values() if model != PACED_MODEL else ())]
+        for target in warm:
             await load.phase(
                 target, body, name="warmup", concurrency=concurrency, duration_s=plan.warmup_s / 12,
                 stream=stream, monitor=False,
@@ -149,9 +165,13 @@ async def measure(
     results["rss_after_warmup_kib"] = memory_kib(gw)
 
     half = plan.saturation_s / 2
-    step(f"saturation, non-stream, c={plan.saturation_concurrency}, 2 x 2 x {half:g} s (bare proxy, gateway)")
+    saturated = {"bare proxy": proxy[MODEL], "gateway": gateway, **translated}
+    step(
+        f"saturation, non-stream, c={plan.saturation_concurrency}, 2 x {len(saturated)} x {half:g} s "
+        f"({', '.join(saturated)})"
+    )
     results["saturation"] = await load.sides(
-        {"bare proxy": proxy[MODEL], "gateway": gateway}, whole, rounds=2, side_s=half, name="saturation",
+        saturated, whole, rounds=2, side_s=half, name="saturation",
         concurrency=plan.saturation_concurrency, stream=False, raw=True,
     )  # fmt: skip
 
@@ -184,13 +204,16 @@ async def measure(
         ),
         ("paced", PACED_MODEL, paced, plan.stream_concurrency, plan.paced_side_s, paced_what),
     ):
-        step(f"{what}, c={concurrency}, {rounds} x 3 x {side_s:g} s (direct, bare proxy, gateway)")
+        targets = three(model)
+        if key in ("ttft", "stream"):
+            targets.update(translated)
+        step(f"{what}, c={concurrency}, {rounds} x {len(targets)} x {side_s:g} s ({', '.join(targets)})")
         stream = key in ("ttft", "stream", "paced")
         name = {"c1": "latency c=1", "c16": "latency c=16", "ttft": "ttft c=1"}.get(
             key, f"{key} c={concurrency}"
         )
         results[key] = await load.sides(
-            three(model), body, rounds=rounds, side_s=side_s, name=name, concurrency=concurrency,
+            targets, body, rounds=rounds, side_s=side_s, name=name, concurrency=concurrency,
             stream=stream, expect_events=expect if stream else None,
         )  # fmt: skip
     results["rss_after_run_kib"] = memory_kib(gw)
@@ -212,6 +235,21 @@ async def measure(
             args.py_spy,
             step,
         )
+        for api, target in apis.items():
+            results["profiles"].update(
+                await profile_phases(
+                    load,
+                    target,
+                    [
+                        (f"{api}-nonstream", whole, plan.saturation_concurrency, False),
+                        (f"{api}-stream", streamed, plan.stream_concurrency, True),
+                    ],
+                    plan.profile_s,
+                    Path(args.profile),
+                    args.py_spy,
+                    step,
+                )
+            )
         results["profiles"].update(
             await profile_phases(
                 load,
@@ -371,6 +409,24 @@ def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, 
 
     versus, proxy_summary = compare(results, plan)
     summary["bare_proxy"] = proxy_summary
+    more = [
+        (
+            "gateway vs bare proxy (bench/bare_proxy.py; same run, same CPU, phases taken in turn; "
+            "latency and TTFT rows: direct = absolute ms, proxy and gateway = ms added over direct)",
+            versus,
+        )
+    ]
+    if plan.apis:
+        by_api, api_summary = compare_apis(results, plan)
+        summary["apis"] = api_summary
+        more.append(
+            (
+                "client APIs through the gateway (Messages and Responses translated to the worker's chat "
+                "contract; same run, their phases taken in turn with chat's; CPU rows: ms and the ratio "
+                "to chat; TTFT rows: direct = absolute ms, the APIs = ms added over direct)",
+                by_api,
+            )
+        )
 
     details = [
         "details (latency in ms; added = proxy or gateway percentile - direct percentile; "
@@ -388,7 +444,10 @@ def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, 
             samples = ph.latencies_s if key in ("c1", "c16") else ph.ttft_s
             server = "proxy" if label == "bare proxy" else "gateway"
             details.append(phase_line(ph, samples, 28, server=server))
-    details.append("  (ttft and stream phases: percentiles of the time to first token)")
+    details.append(
+        "  (ttft and stream phases: percentiles of the time to first token; for Messages and Responses "
+        "the first event carrying text)"
+    )
     for label, ph in results["saturation"].items():
         assert ph.cpu_s is not None
         own, idle = ("bare proxies", "gateway") if label == "bare proxy" else ("gateway", "bare proxies")
@@ -419,11 +478,7 @@ def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, 
     phases = [*sides, limited]
     lines, more_notes = disturbance(phases, results["monitor"])
     summary["errors"] = sum(ph.errors for ph in phases)
-    title = (
-        "gateway vs bare proxy (bench/bare_proxy.py; same run, same CPU, phases taken in turn; "
-        "latency and TTFT rows: direct = absolute ms, proxy and gateway = ms added over direct)"
-    )
-    out = compose(facts, table, details + lines, notes + more_notes, (title, versus))
+    out = compose(facts, table, details + lines, notes + more_notes, *more)
     return "\n".join(out + report_profiles(results.get("profiles", {}))), summary
 
 
@@ -512,6 +567,63 @@ def compare(results: dict[str, Any], plan: Plan) -> tuple[Table, dict[str, Any]]
     return table, summary
 
 
+def compare_apis(results: dict[str, Any], plan: Plan) -> tuple[Table, dict[str, Any]]:
+    """The client APIs side by side: CPU per request against chat's, TTFT added over direct."""
+    apis = plan.apis
+    table = Table(("metric", "direct", "chat", *apis, "target", "result"))
+    summary: dict[str, Any] = {api: {} for api in apis}
+    for key, label, unit in (
+        ("saturation", f"non-stream, c={plan.saturation_concurrency}", "requests"),
+        ("stream", f"{plan.tokens}-token streams, c={plan.stream_concurrency}, unpaced", "streams"),
+    ):
+        sides = results[key]
+        chat = _cpu_ms(sides["gateway"])
+        ratios = {api: _cpu_ms(sides[f"gateway {api}"]) / chat for api in apis}
+        cells = ["", _ms(chat)]
+        cells += [f"{_ms(_cpu_ms(sides[f'gateway {api}']))} ({ratios[api]:.2f}x)" for api in apis]
+        table.check_cells(
+            f"gateway CPU per request, {label} (ms)",
+            cells,
+            max(ratios.values()),
+            "<=",
+            TARGET_API_CPU_RATIO,
+            f"{TARGET_API_CPU_RATIO:g}x chat",
+        )
+        table.row(
+            f"  {unit}/s (gateway core busy)",
+            "",
+            *(
+                f"{ph.rps:,.0f} ({100 * _busy(ph):.0f}%)"
+                for ph in (sides["gateway"], *(sides[f"gateway {api}"] for api in apis))
+            ),
+        )
+        for api in apis:
+            summary[api][f"cpu_ms_per_request_{key}"] = _cpu_ms(sides[f"gateway {api}"])
+            summary[api][f"cpu_ratio_to_chat_{key}"] = ratios[api]
+    for key, label, checked in (
+        ("ttft", "c=1", True),
+        ("stream", f"c={plan.stream_concurrency}, unpaced (throughput-bound)", False),
+    ):
+        sides = results[key]
+        for q in (50, 99):
+            direct = 1000 * percentile(sides["direct"].ttft_s, q)
+            added = {
+                api: 1000 * percentile(sides[label_].ttft_s, q) - direct
+                for api, label_ in (("chat", "gateway"), *((api, f"gateway {api}") for api in apis))
+            }
+            cells = [_ms(direct), *(_plus(added[api]) for api in ("chat", *apis))]
+            metric = f"added time to first token p{q}, {label} (ms)"
+            if checked and q == 50:
+                worst = max(added[api] for api in apis)
+                limit = TARGET_ADDED_TTFT_MS
+                table.check_cells(metric, cells, worst, "<=", limit, f"{limit:g} ms")
+            else:
+                table.row(metric, *cells)
+            for api in apis:
+                summary[api][f"added_ttft_p{q}_{key}_ms"] = added[api]
+    return table, summary
+
+
 def run(plan: Plan, args: argparse.Namespace, children: Children) -> tuple[str, dict[str, Any]]:
     usable, gw_cpus, rest_cpus = split_cpus(args.no_pin)
     pinning = (
@@ -562,6 +674,7 @@ def run(plan: Plan, args: argparse.Namespace, children: Children) -> tuple[str, 
                         },
                         Target(stack.base, stack.api_key, pid=gw),
                         Target(stack.base, stack.limited_key, pid=gw),
+                        {api: Target(stack.base, stack.api_key, pid=gw, api=APIS[api]) for api in plan.apis},
                         plan,
                         args,
                         children.step,
@@ -576,6 +689,11 @@ def run(plan: Plan, args: argparse.Namespace, children: Children) -> tuple[str, 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = cli.parser(__doc__, "shorter phases: a ~50 s smoke run")
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
+    parser.add_argument(
+        "--chat-only",
+        action="store_true",
+        help="only the chat path: no Anthropic Messages or OpenAI Responses phases (a gateway without them)",
+    )
     parser.add_argument("--profile", metavar="DIR", help="afterwards, py-spy the gateway under load into DIR")
     args = parser.parse_args(argv)
     if args.profile:
@@ -588,7 +706,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    plan = Plan.make(args.quick)
+    plan = Plan.make(args.quick, args.chat_only)
     children = Children()
     # Slack for a loaded machine, where slices run past their deadline while requests finish.
     limit_s = 60 + 1.5 * plan.length_s(bool(args.profile)) + args.wait_quiet

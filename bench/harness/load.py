@@ -5,6 +5,10 @@ is answered; it stops at its deadline (requests in flight finish) and at 500,000
 request times out after 15 s. `Load.sides` takes phases against several targets in turn (direct,
 bare proxy, gateway) and pools them per target; `Load.interleaved` is its direct/gateway form.
 `phase(raw=True)` uses the lean client of harness.rawload instead of aiohttp (non-stream only).
+
+A phase's body is written as a chat request; a `Target` speaking another client API (`Api`: the
+Anthropic Messages or OpenAI Responses route of the gateway) sends the same request in its own
+shape, and its streams are read by its own first-token and end-of-stream markers.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import aiohttp
 from harness.cpu import Monitor, cpu_seconds, cpu_seconds_of
 from harness.rawload import RawLoop
 
-FIRST_TOKEN_MARK = b'"delta":{"content":"'  # the role chunk's delta starts with "role", not "content"
 MAX_REQUESTS_PER_PHASE = 500_000
 REQUEST_TIMEOUT_S = 15.0
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens":\s*(\d+)')
@@ -91,15 +94,110 @@ def percentile(values: list[float], q: float) -> float:
     return cuts[round(q) - 1]
 
 
+@dataclass(frozen=True)
+class Api:
+    """One client API: its route, auth headers, the chat request re-written in its shape, and how
+    its stream shows the first generated text and its end (a whole last event within the stream's
+    last `tail_len` bytes, starting with one of `last_events`)."""
+
+    name: str
+    path: str
+    first_token_mark: bytes  # followed by a non-empty string: the first event carrying text
+    last_events: tuple[bytes, ...]  # what the last event starts with
+    tail_len: int  # bytes of the stream's end kept to find the last event
+    extra_events: int  # events per stream beyond the chat stream's, for the same worker stream
+    _bodies: dict[bytes, bytes] = field(default_factory=dict, compare=False, repr=False)
+
+    def headers(self, api_key: str | None) -> dict[str, str]:
+        headers = {"content-type": "application/json"}
+        if api_key and self.name == "messages":
+            headers["x-api-key"] = api_key
+            headers["anthropic-version"] = "2023-06-01"
+        elif api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        return headers
+
+    def body(self, chat: bytes) -> bytes:
+        """`chat` (a body of `chat_body`) as this API's request: the same model, prompt, cap and
+        stream flag (rendered once per body)."""
+        if self.name == "chat":
+            return chat
+        cached = self._bodies.get(chat)
+        if cached is not None:
+            return cached
+        given = json.loads(chat)
+        out: dict[str, Any] = {"model": given["model"]}
+        if self.name == "messages":
+            out.update(messages=given["messages"], max_tokens=given["max_tokens"])
+        else:
+            out.update(input=given["messages"], max_output_tokens=given["max_tokens"])
+        if given.get("stream"):
+            out["stream"] = True
+        rendered = json.dumps(out, separators=(",", ":")).encode()
+        self._bodies[chat] = rendered
+        return rendered
+
+    def first_token_at(self, head: bytes) -> bool:
+        """Whether `head` holds an event with non-empty generated text."""
+        mark = self.first_token_mark
+        at = head.find(mark)
+        while at >= 0:
+            after = head[at + len(mark) : at + len(mark) + 1]
+            if after and after != b'"':
+                return True
+            at = head.find(mark, at + 1)
+        return False
+
+    def ended(self, tail: bytes) -> bool:
+        """Whether the stream's last bytes are a whole last event of the right kind."""
+        if not tail.endswith(b"\n\n"):
+            return False
+        start = tail.rfind(b"\n\n", 0, len(tail) - 2)
+        if start < 0:
+            return False
+        return tail[start + 2 :].startswith(self.last_events)
+
+
+# The gateway relays the chat stream as the worker wrote it (less the usage chunk it asked for):
+# role chunk + content deltas + [DONE].
+CHAT = Api("chat", "/v1/chat/completions", b'"delta":{"content":"', (b"data: [DONE]\n\n",), 32, 0)
+# message_start (for the role chunk), content_block_start, a text_delta per content delta,
+# content_block_stop, message_delta, message_stop: 3 more events than the chat stream.
+MESSAGES = Api(
+    "messages",
+    "/v1/messages",
+    b'"type":"text_delta","text":"',
+    (b"event: message_stop\n",),
+    128,
+    3,
+)
+# response.created + response.in_progress (for the role chunk), output_item.added,
+# content_part.added, an output_text.delta per content delta, output_text.done,
+# content_part.done, output_item.done, then response.completed or response.incomplete (the
+# mock worker finishes on "length"): 6 more events than the chat stream. The last event carries
+# the whole response object.
+RESPONSES = Api(
+    "responses",
+    "/v1/responses",
+    b'"type":"response.output_text.delta","sequence_number":',
+    (b"event: response.completed\n", b"event: response.incomplete\n"),
+    8192,
+    6,
+)
+APIS = {api.name: api for api in (CHAT, MESSAGES, RESPONSES)}
+
+
 class Target:
     """Where a phase sends its requests; `pid`: the proxy or gateway process in front of the worker,
-    whose CPU `Load.sides` measures (None: the worker itself, direct)."""
+    whose CPU `Load.sides` measures (None: the worker itself, direct); `api`: the client API
+    (direct and the bare proxy speak chat only)."""
 
-    def __init__(self, base: str, api_key: str | None = None, pid: int | None = None) -> None:
-        self.url = base + "/v1/chat/completions"
-        self.headers = {"content-type": "application/json"}
-        if api_key:
-            self.headers["authorization"] = f"Bearer {api_key}"
+    def __init__(
+        self, base: str, api_key: str | None = None, pid: int | None = None, api: Api = CHAT
+    ) -> None:
+        self.api = api
+        self.url = base + api.path
+        self.headers = api.headers(api_key)
         self.pid = pid
 
 
@@ -125,17 +223,6 @@ def open_session() -> aiohttp.ClientSession:
         auto_decompress=False,
         skip_auto_headers=("User-Agent", "Accept-Encoding"),
     )
-
-
-def _first_token_at(head: bytes) -> bool:
-    """Whether `head` holds a content delta with non-empty content."""
-    at = head.find(FIRST_TOKEN_MARK)
-    while at >= 0:
-        after = head[at + len(FIRST_TOKEN_MARK) : at + len(FIRST_TOKEN_MARK) + 1]
-        if after and after != b'"':
-            return True
-        at = head.find(FIRST_TOKEN_MARK, at + 1)
-    return False
 
 
 RedisCounter = Callable[[], Awaitable[dict[str, int]]]
@@ -189,10 +276,15 @@ class Load:
         session = self.session
         headers = target.headers
         url = target.url
+        api = target.api
+        body = api.body(body)
+        if expect_events is not None:
+            expect_events += api.extra_events
         latencies = result.latencies_s
         ttfts = result.ttft_s
         perf = time.perf_counter
-        tail_len = 1024 if count_tokens else 32
+        tail_len = max(1024 if count_tokens else 32, api.tail_len)
+        first_token_at, ended = api.first_token_at, api.ended
         started = 0
         deadline = 0.0
 
@@ -226,13 +318,13 @@ class Load:
                 async for chunk in response.content.iter_any():
                     if first is None:
                         head += chunk
-                        if _first_token_at(head):
+                        if first_token_at(head):
                             first = perf() - t0
                     events += chunk.count(b"\n\n") + (1 if last_nl and chunk[:1] == b"\n" else 0)
                     last_nl = chunk[-1:] == b"\n"
                     tail = (tail + chunk)[-tail_len:]
             end = perf()
-            if first is None or not tail.endswith(b"data: [DONE]\n\n"):
+            if first is None or not ended(tail):
                 result.note_error(f"stream incomplete: first={first} tail={tail[-32:]!r}")
                 return
             if expect_events is not None and events != expect_events:

@@ -133,9 +133,13 @@ def guarded(children: Children, hard_limit_s: int, work: Callable[[], T]) -> T |
         os._exit(3)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+        # Not KeyboardInterrupt: raised while uvloop runs a protocol callback, it is logged as a
+        # transport error and swallowed, and the run goes on.
+        print("\ninterrupted; child processes stopped", file=sys.stderr)
+        children.kill_now()
+        os._exit(128 + signum)
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in the background
+    signal.signal(signal.SIGINT, on_term)  # even when started in the background
     signal.signal(signal.SIGALRM, on_alarm)
     signal.signal(signal.SIGTERM, on_term)
     children.arm(hard_limit_s)
