@@ -71,6 +71,26 @@ KEDA: dict[str, Any] = {
     ],
 }
 
+# The gateway as a StatefulSet with a usage spool claim per replica.
+SPOOL_CLAIMS: dict[str, Any] = {
+    "gateway": {"spool": {"persistence": {"enabled": True, "size": "2Gi", "storageClass": "fast-ssd"}}}
+}
+SPOOL_CLAIMS_AUTOSCALED: dict[str, Any] = {
+    "gateway": {
+        "spool": {"persistence": {"enabled": True}},
+        "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 6},
+    },
+    "monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
+}
+# One replica on a claim of the user's.
+SPOOL_EXISTING_CLAIM: dict[str, Any] = {
+    "gateway": {
+        "replicas": 1,
+        "pdb": {"enabled": False},
+        "spool": {"persistence": {"enabled": True, "existingClaim": "gateway-spool"}},
+    }
+}
+
 # name -> (values files, values)
 CASES: dict[str, tuple[tuple[Path, ...], dict[str, Any] | None]] = {
     "default": ((), None),
@@ -104,4 +124,7 @@ CASES: dict[str, tuple[tuple[Path, ...], dict[str, Any] | None]] = {
     "keda": ((), KEDA),
     "odd-names": ((), ODD_NAMES),
     "autodiscovery-allow-list": ((), AUTODISCOVERY),
+    "spool-claims": ((), SPOOL_CLAIMS),
+    "spool-claims-autoscaled": ((), SPOOL_CLAIMS_AUTOSCALED),
+    "spool-existing-claim": ((), SPOOL_EXISTING_CLAIM),
 }

@@ -121,3 +121,18 @@ def containers(pod_owner: Manifest) -> list[Manifest]:
 
 def pod_owners(result: Render) -> list[Manifest]:
     return [o for o in result.objects if o["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")]
+
+
+GATEWAY = f"{RELEASE}-sluicegate"
+
+
+def gateway(result: Render) -> Manifest:
+    """The gateway's pod owner: a Deployment, or a StatefulSet with a persistent usage spool."""
+    found = [o for o in pod_owners(result) if o["metadata"]["name"] == GATEWAY]
+    assert len(found) == 1, f"expected one gateway, got {[o['kind'] for o in found]}"
+    return found[0]
+
+
+def gateway_env(result: Render) -> dict[str, dict[str, Any]]:
+    (container,) = gateway(result)["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e for e in container["env"]}

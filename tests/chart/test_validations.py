@@ -99,10 +99,65 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
         {"gateway": {"pdb": {"maxUnavailable": 1}}},
         "gateway.pdb: set minAvailable or maxUnavailable, not both",
     ),
-    "grace period shorter than a stream": (
-        {"gateway": {"terminationGracePeriodSeconds": 300}},
-        "gateway.terminationGracePeriodSeconds (300) must exceed the longest allowed stream "
-        "(timeouts.total: 600s)",
+    "grace period that cuts the derived drain short": (
+        {"gateway": {"terminationGracePeriodSeconds": 614}},
+        "gateway.terminationGracePeriodSeconds (614) would cut the shutdown short: it needs at least "
+        "gateway.shutdown.delaySeconds (5) + gateway.shutdown.drainTimeoutSeconds (600, the longest "
+        "timeouts.total of the models) + 10 s to flush metering = 615",
+    ),
+    "grace period below a model's longer answers": (
+        {
+            "models": [{**VLLM, "timeouts": {"total": 900}}],
+            "gateway": {"terminationGracePeriodSeconds": 615},
+        },
+        "gateway.shutdown.drainTimeoutSeconds (900, the longest timeouts.total of the models) + 10 s to "
+        "flush metering = 915",
+    ),
+    "grace period that cuts an explicit drain short": (
+        {"gateway": {"shutdown": {"drainTimeoutSeconds": 30}, "terminationGracePeriodSeconds": 44}},
+        "gateway.terminationGracePeriodSeconds (44) would cut the shutdown short: it needs at least "
+        "gateway.shutdown.delaySeconds (5) + gateway.shutdown.drainTimeoutSeconds (30) + 10 s to flush "
+        "metering = 45",
+    ),
+    "grace period below a raised drain": (
+        {"gateway": {"shutdown": {"drainTimeoutSeconds": 3600}, "terminationGracePeriodSeconds": 900}},
+        "gateway.shutdown.drainTimeoutSeconds (3600) + 10 s to flush metering = 3615",
+    ),
+    "removed preStop sleep": (
+        {"gateway": {"preStopSleepSeconds": 10}},
+        "gateway.preStopSleepSeconds is gone: the gateway now waits by itself after SIGTERM",
+    ),
+    "negative shutdown delay": (
+        {"gateway": {"shutdown": {"delaySeconds": -1}}},
+        "at '/gateway/shutdown/delaySeconds'",
+    ),
+    "drain timeout as a word": (
+        {"gateway": {"shutdown": {"drainTimeoutSeconds": "30s"}}},
+        "at '/gateway/shutdown/drainTimeoutSeconds': got string, want null or number",
+    ),
+    "one spool claim shared by replicas": (
+        {"gateway": {"spool": {"persistence": {"enabled": True, "existingClaim": "spool"}}}},
+        "gateway.spool.persistence.existingClaim holds one spool file, but the gateway may run 2 replicas "
+        "(replicas)",
+    ),
+    "one spool claim shared by autoscaled replicas": (
+        {
+            "gateway": {
+                "replicas": 1,
+                "pdb": {"enabled": False},
+                "autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 4},
+                "spool": {"persistence": {"enabled": True, "existingClaim": "spool"}},
+            }
+        },
+        "the gateway may run 4 replicas (autoscaling.maxReplicas)",
+    ),
+    "spool claim without persistence": (
+        {"gateway": {"spool": {"persistence": {"existingClaim": "spool"}}}},
+        "gateway.spool.persistence.existingClaim is set while gateway.spool.persistence.enabled=false",
+    ),
+    "spool claim size without a unit": (
+        {"gateway": {"spool": {"persistence": {"enabled": True, "size": "a lot"}}}},
+        "at '/gateway/spool/persistence/size'",
     ),
     "admin token given twice": (
         {"auth": {"existingSecret": "s", "adminToken": "t" * 32}},

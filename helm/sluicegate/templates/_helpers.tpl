@@ -206,24 +206,63 @@ models: []
 {{- end -}}
 {{- end -}}
 
-{{/* The longest stream any model allows (timeouts.total, 600 s by default), in whole seconds. */}}
+{{/* The longest stream any model allows (timeouts.stream_total, 3600 s by default), in whole
+seconds. A stream still open when a gateway pod has drained for gateway.shutdown.drainTimeoutSeconds
+is ended with an error event, so this is what a drain timeout that never cuts a stream must reach. */}}
 {{- define "sluicegate.longestStream" -}}
-{{- $longest := 600 -}}
-{{- $all := concat .Values.models .Values.extraModels -}}
-{{- $first := true -}}
-{{- range $all -}}
-{{- $total := 600 -}}
-{{- if and .timeouts (hasKey .timeouts "total") -}}{{- $total = .timeouts.total -}}{{- end -}}
-{{- if $first -}}{{- $longest = $total -}}{{- $first = false -}}{{- else if gt (float64 $total) (float64 $longest) -}}{{- $longest = $total -}}{{- end -}}
+{{- $longest := 0 -}}
+{{- range (concat .Values.models .Values.extraModels) -}}
+{{- $total := dig "stream_total" 3600 (.timeouts | default dict) -}}
+{{- $longest = max (ceil (float64 $total) | int) $longest -}}
 {{- end -}}
-{{- ceil (float64 $longest) | int -}}
+{{- $longest | int -}}
+{{- end -}}
+
+{{/* Deployment, or StatefulSet when the usage spool is on persistent volumes. */}}
+{{- define "sluicegate.gatewayKind" -}}
+{{- ternary "StatefulSet" "Deployment" .Values.gateway.spool.persistence.enabled -}}
+{{- end -}}
+
+{{/* Seconds after SIGTERM that flushing metering (or writing the spool) may take once the drain is
+over; Redis calls are bounded by SLUICEGATE_REDIS_TIMEOUT (2 s). */}}
+{{- define "sluicegate.gatewayFlushSeconds" -}}10{{- end -}}
+
+{{/* The longest non-streaming answer any model allows (timeouts.total, 600 s when a model leaves
+it out, and when there is no model), in whole seconds. */}}
+{{- define "sluicegate.longestAnswer" -}}
+{{- $all := concat .Values.models .Values.extraModels -}}
+{{- $longest := ternary 0 600 (gt (len $all) 0) -}}
+{{- range $all -}}
+{{- $total := dig "total" 600 (.timeouts | default dict) -}}
+{{- $longest = max (ceil (float64 $total) | int) $longest -}}
+{{- end -}}
+{{- $longest | int -}}
+{{- end -}}
+
+{{/* Seconds a stopping gateway lets open requests and streams finish (SLUICEGATE_DRAIN_TIMEOUT):
+gateway.shutdown.drainTimeoutSeconds as given, or, when empty, the longest timeouts.total of the
+model table, so that a rollout cuts no answer. The env and the grace period both read this. */}}
+{{- define "sluicegate.drainTimeoutSeconds" -}}
+{{- $drain := .Values.gateway.shutdown.drainTimeoutSeconds -}}
+{{- if kindIs "invalid" $drain -}}
+{{- include "sluicegate.longestAnswer" . -}}
+{{- else -}}
+{{- $drain | toString -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The shortest grace period that lets a gateway pod finish its shutdown: the delay, the whole
+drain, then the flush, in whole seconds. */}}
+{{- define "sluicegate.gatewayShutdownSeconds" -}}
+{{- $drain := include "sluicegate.drainTimeoutSeconds" . | float64 -}}
+{{- add (ceil (addf .Values.gateway.shutdown.delaySeconds $drain) | int) (include "sluicegate.gatewayFlushSeconds" . | int) -}}
 {{- end -}}
 
 {{- define "sluicegate.gatewayGracePeriod" -}}
 {{- if kindIs "invalid" .Values.gateway.terminationGracePeriodSeconds -}}
-{{- add (include "sluicegate.longestStream" . | int) .Values.gateway.preStopSleepSeconds 30 -}}
+{{- include "sluicegate.gatewayShutdownSeconds" . -}}
 {{- else -}}
-{{- .Values.gateway.terminationGracePeriodSeconds -}}
+{{- .Values.gateway.terminationGracePeriodSeconds | int -}}
 {{- end -}}
 {{- end -}}
 

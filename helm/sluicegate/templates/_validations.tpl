@@ -30,7 +30,7 @@ what to do, before anything reaches the cluster. Rendered from validations.yaml.
 {{- $errors = append $errors (printf "auth.adminToken is %d characters: the gateway needs at least 32 (e.g. openssl rand -hex 24), or leave it empty and the chart generates one" (len $v.auth.adminToken)) -}}
 {{- end -}}
 
-{{- /* Gateway replicas, autoscaling, disruption budget, grace period */ -}}
+{{- /* Gateway replicas, autoscaling, disruption budget, shutdown */ -}}
 {{- $pdb := $v.gateway.pdb -}}
 {{- $minReplicas := ternary $v.gateway.autoscaling.minReplicas $v.gateway.replicas $v.gateway.autoscaling.enabled | int -}}
 {{- if and $v.gateway.autoscaling.enabled (gt (int $v.gateway.autoscaling.minReplicas) (int $v.gateway.autoscaling.maxReplicas)) -}}
@@ -43,11 +43,29 @@ what to do, before anything reaches the cluster. Rendered from validations.yaml.
 {{- $errors = append $errors (printf "gateway.pdb.minAvailable (%v) must be below the gateway's %s (%d), or no node could ever be drained" $pdb.minAvailable (ternary "autoscaling.minReplicas" "replicas" $v.gateway.autoscaling.enabled) $minReplicas) -}}
 {{- end -}}
 {{- end -}}
-{{- $longest := include "sluicegate.longestStream" . | int -}}
-{{- if not (kindIs "invalid" $v.gateway.terminationGracePeriodSeconds) -}}
-{{- $needed := add $longest $v.gateway.preStopSleepSeconds -}}
-{{- if le (int $v.gateway.terminationGracePeriodSeconds) (int $needed) -}}
-{{- $errors = append $errors (printf "gateway.terminationGracePeriodSeconds (%v) must exceed the longest allowed stream (timeouts.total: %ds) plus gateway.preStopSleepSeconds (%vs), or rolling updates cut streams; leave it empty to compute it" $v.gateway.terminationGracePeriodSeconds $longest $v.gateway.preStopSleepSeconds) -}}
+{{- $shutdown := include "sluicegate.gatewayShutdownSeconds" . | int -}}
+{{- if and (not (kindIs "invalid" $v.gateway.terminationGracePeriodSeconds)) (lt (int $v.gateway.terminationGracePeriodSeconds) $shutdown) -}}
+{{- $drain := include "sluicegate.drainTimeoutSeconds" . -}}
+{{- if kindIs "invalid" $v.gateway.shutdown.drainTimeoutSeconds -}}
+{{- $drain = printf "%s, the longest timeouts.total of the models" $drain -}}
+{{- end -}}
+{{- $errors = append $errors (printf "gateway.terminationGracePeriodSeconds (%v) would cut the shutdown short: it needs at least gateway.shutdown.delaySeconds (%v) + gateway.shutdown.drainTimeoutSeconds (%s) + %s s to flush metering = %d; raise it, set a shorter drain, or leave it empty to derive it" $v.gateway.terminationGracePeriodSeconds $v.gateway.shutdown.delaySeconds $drain (include "sluicegate.gatewayFlushSeconds" .) $shutdown) -}}
+{{- end -}}
+{{- if hasKey $v.gateway "preStopSleepSeconds" -}}
+{{- if not (kindIs "invalid" $v.gateway.preStopSleepSeconds) -}}
+{{- $errors = append $errors "gateway.preStopSleepSeconds is gone: the gateway now waits by itself after SIGTERM, with /readyz failing, before it stops listening; remove it and set gateway.shutdown.delaySeconds (default 5) to the wait you need" -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* Gateway usage spool */ -}}
+{{- $persistence := $v.gateway.spool.persistence -}}
+{{- if and $persistence.existingClaim (not $persistence.enabled) -}}
+{{- $errors = append $errors "gateway.spool.persistence.existingClaim is set while gateway.spool.persistence.enabled=false: set enabled=true to use it" -}}
+{{- end -}}
+{{- if and $persistence.enabled $persistence.existingClaim -}}
+{{- $maxReplicas := ternary $v.gateway.autoscaling.maxReplicas $v.gateway.replicas $v.gateway.autoscaling.enabled | int -}}
+{{- if gt $maxReplicas 1 -}}
+{{- $errors = append $errors (printf "gateway.spool.persistence.existingClaim holds one spool file, but the gateway may run %d replicas (%s): each replica needs its own spool, so leave existingClaim empty to give every replica a claim of its own (volumeClaimTemplates), or run one replica" $maxReplicas (ternary "autoscaling.maxReplicas" "replicas" $v.gateway.autoscaling.enabled)) -}}
 {{- end -}}
 {{- end -}}
 {{- if and $v.gateway.discovery.autodiscovery (not $v.serviceAccount.create) (not $v.serviceAccount.name) -}}
