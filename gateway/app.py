@@ -23,11 +23,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gateway import __version__
+from gateway.admin.audit import AuditLog
 from gateway.admin.deps import AdminDeps
 from gateway.admin.models import admin_model_routes
 from gateway.admin.routes import admin_routes
 from gateway.config import ModelTable, Settings
 from gateway.discovery.kubernetes import start_discovery
+from gateway.drain import Drain, DrainMiddleware
 from gateway.edge import api, openapi, unknown_routes
 from gateway.edge.middleware import RequestContextMiddleware
 from gateway.errors import ErrorCode, GatewayError, from_http_status
@@ -37,6 +40,7 @@ from gateway.limits.admission import RateLimiter
 from gateway.metering.meter import Meter
 from gateway.metering.spool import Spool
 from gateway.observability.metrics import Metrics
+from gateway.observability.tracing import Tracing
 from gateway.proxy.dialects import anthropic_routes, openai, responses, responses_stored
 from gateway.proxy.forwarding import Forwarding, trusted_networks
 from gateway.proxy.pipeline import Pipeline
@@ -93,12 +97,19 @@ def create_app(
     *,
     registry: CollectorRegistry | None = None,
     rng: random.Random | None = None,
+    drain: Drain | None = None,
 ) -> Starlette:
+    """`drain`: the shutdown state the server that runs this app sets (gateway.drain); the app
+    keeps it as `app.state.drain`."""
+    drain = drain or Drain()
     metrics = Metrics(registry)
     router = Router(table, metrics, rng=rng)
+    forwarding = Forwarding(trusted_networks(settings.trusted_proxies))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, object]]:
+        # None unless an OTLP endpoint is set: then nothing of the SDK exists (tracing.py).
+        tracing = None if settings.tracing is None else Tracing(settings.tracing, version=__version__)
         redis = connect_redis(settings)
         session = new_session()
         keystore = KeyStore(redis)
@@ -127,12 +138,16 @@ def create_app(
             ),
             router=router,
             upstream=upstream,
-            forwarding=Forwarding(trusted_networks(settings.trusted_proxies)),
+            forwarding=forwarding,
             meter=meter,
             metrics=metrics,
             stored=stored,
+            drain=drain,
         )
-        admin = AdminDeps(settings=settings, keystore=keystore, auth=auth, meter=meter, router=router)
+        audit = AuditLog(redis, max_entries=settings.audit_max_entries)
+        admin = AdminDeps(
+            settings=settings, keystore=keystore, auth=auth, meter=meter, router=router, audit=audit
+        )
         invalidations = asyncio.ensure_future(auth.follow_invalidations(redis))
         # Confirms discovered endpoints, probes /health, scrapes load: stopped before the session.
         monitor = Monitor(router, session)
@@ -155,6 +170,7 @@ def create_app(
                 "redis": redis,
                 "stored": stored,
                 "upstream": upstream,
+                "tracing": tracing,
             }
         finally:
             if discovery is not None:
@@ -167,6 +183,8 @@ def create_app(
             await meter.stop(spool)
             await session.close()
             await redis.aclose(close_connection_pool=True)
+            if tracing is not None:
+                await asyncio.to_thread(tracing.shutdown)  # flushes: blocking, so off the loop
 
     async def metrics_endpoint(request: Request) -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -175,6 +193,8 @@ def create_app(
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
+        if drain.draining:  # shutting down: out of the Service's endpoints, still serving for now
+            return JSONResponse({"ready": False, "checks": {"shutdown": "draining"}}, status_code=503)
         redis: Redis = request.scope["state"]["redis"]
         checks: dict[str, str] = {}
         try:
@@ -205,9 +225,12 @@ def create_app(
         Route("/readyz", readyz, methods=["GET"]),
         openapi.route(),
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
-        middleware=[Middleware(RequestContextMiddleware, metrics=metrics)],
+        middleware=[
+            Middleware(DrainMiddleware, drain=drain),
+            Middleware(RequestContextMiddleware, metrics=metrics, forwarding=forwarding),
+        ],
         exception_handlers={
             GatewayError: _gateway_error,
             HTTPException: _http_error,
@@ -215,6 +238,8 @@ def create_app(
         },
         lifespan=lifespan,
     )
+    app.state.drain = drain
+    return app
 
 
 __all__ = ["create_app"]

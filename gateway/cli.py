@@ -34,17 +34,23 @@ def load_table(settings: Settings, path: str | None = None) -> ModelTable:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
     from uvicorn.config import STARTUP_FAILURE
 
     from gateway.app import create_app
+    from gateway.edge.draining import DrainingServer
     from gateway.edge.server import uvicorn_config
     from gateway.observability.logs import configure_logging
 
     settings = Settings.from_env()
     table = load_table(settings)
-    configure_logging(settings.log_level)
-    server = uvicorn.Server(uvicorn_config(create_app(settings, table), settings))
+    configure_logging(settings.log_level, settings.log_format)
+    app = create_app(settings, table)
+    server = DrainingServer(
+        uvicorn_config(app, settings),
+        app.state.drain,
+        shutdown_delay_s=settings.shutdown_delay_s,
+        drain_timeout_s=settings.drain_timeout_s,
+    )
     with contextlib.suppress(KeyboardInterrupt):
         server.run()
     # As uvicorn.run: a gateway that never started (port taken, failed startup) is a failure.
@@ -218,6 +224,43 @@ def cmd_usage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _printable(text: str) -> str:
+    """Stored text (a key's name, a proxy's address) can hold anything: never a terminal escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _shown(value: Any) -> str:
+    return "-" if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    client = AdminClient.from_env()
+    result = client.call(
+        "GET", "/admin/v1/audit", team=args.team, since=args.since, before=args.before, limit=args.limit
+    )
+    entries = result["data"]
+    if args.json:
+        print(json.dumps(entries))
+    else:
+        rows = [
+            {
+                **entry,
+                "changes": ", ".join(
+                    f"{name}: {_shown(old)} -> {_shown(new)}" for name, (old, new) in entry["changes"].items()
+                ),
+            }
+            for entry in entries
+        ]
+        columns = ["time", "action", "team", "key_id", "changes", "peer"]
+        printable = [
+            {c: None if row.get(c) is None else _printable(str(row[c])) for c in columns} for row in rows
+        ]
+        print(_table(printable, columns))
+    if result.get("has_more") and entries:
+        print(f"# older entries remain: sluicegate audit --before {entries[-1]['id']}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sluicegate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -273,6 +316,20 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument("--csv", action="store_true")
     usage.add_argument("--json", action="store_true")
     usage.set_defaults(func=cmd_usage)
+
+    audit = sub.add_parser(
+        "audit",
+        help="admin changes, newest first: who changed which team or key, and from where",
+        description="Admin changes, newest first (teams and keys created, updated, rotated, revoked), "
+        "with old -> new values and the address that asked.",
+        epilog="example: sluicegate audit --team ml --since 2026-01-31 --limit 20",
+    )
+    audit.add_argument("--team", help="only this team's changes")
+    audit.add_argument("--since", help="Unix seconds or an ISO date/time (UTC), e.g. 2026-01-31T12:00:00Z")
+    audit.add_argument("--limit", type=int, help="at most this many entries, 1 to 1000 (default 100)")
+    audit.add_argument("--before", help="an entry id: list what is older (the next page)")
+    audit.add_argument("--json", action="store_true", help="print the entries as a JSON list")
+    audit.set_defaults(func=cmd_audit)
     return parser
 
 

@@ -33,6 +33,8 @@ from gateway.model_table import (
     load_model_table,
     parse_model_table,
 )
+from gateway.observability.logs import LOG_FORMATS
+from gateway.observability.tracing import TracingConfig
 from gateway.redis.url import validate_redis_url
 
 __all__ = [
@@ -68,6 +70,9 @@ class Settings:
     redis_timeout_s: float = 2.0
     redis_max_connections: int = 256
     log_level: str = "info"
+    log_format: str = "text"  # SLUICEGATE_LOG_FORMAT: text or json (gateway/observability/logs.py)
+    # OpenTelemetry export from the standard OTEL_* variables; None: tracing off (tracing.py).
+    tracing: TracingConfig | None = None
     # Usage that could not reach Redis by shutdown waits here for the next start (gateway/metering/spool.py).
     spool_path: str = field(
         default_factory=lambda: os.path.join(tempfile.gettempdir(), "sluicegate-usage.spool")
@@ -86,6 +91,10 @@ class Settings:
     keep_alive_timeout_s: float = 5.0  # uvicorn's idle time between requests on one connection
     # A worker SSE event larger than this ends the stream with an error event (gateway/proxy/relay.py).
     max_event_bytes: int = 1024 * 1024
+    # After SIGTERM: /readyz fails at once and serving goes on this long (so Kubernetes takes the
+    # pod out of its Service first), then open requests get up to drain_timeout_s (gateway/drain.py).
+    shutdown_delay_s: float = 5.0
+    drain_timeout_s: float = 30.0
     # A stream quiet this long gets its API's keep-alive event (Anthropic's `ping`).
     stream_ping_interval_s: float = 15.0
     # Peers whose X-Forwarded-For the gateway extends instead of replacing (IPs or CIDRs).
@@ -97,13 +106,15 @@ class Settings:
     # How long the gateway remembers which endpoint holds a response a native Responses pool
     # stored, and whose it is (gateway/routing/stored_responses.py).
     stored_response_ttl_s: float = 7 * 24 * 3600.0
+    # The admin audit log keeps about this many entries, oldest out first (gateway/admin/audit.py).
+    audit_max_entries: int = 100_000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         defaults = cls()
 
-        def number(name: str, default: float, cast: type[int] | type[float]) -> Any:
+        def number(name: str, default: float, cast: type[int] | type[float], *, zero: bool = False) -> Any:
             raw = env.get(name)
             if raw is None or raw == "":
                 return default
@@ -111,8 +122,8 @@ class Settings:
                 value = cast(raw)
             except ValueError:
                 raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
-            if value <= 0:
-                raise ConfigError(f"{name}: must be positive, got {raw!r}")
+            if not (value >= 0 if zero else value > 0) or value != value:
+                raise ConfigError(f"{name}: must be {'zero or more' if zero else 'positive'}, got {raw!r}")
             return value
 
         redis_url = env.get("SLUICEGATE_REDIS_URL") or defaults.redis_url
@@ -153,6 +164,8 @@ class Settings:
                 "SLUICEGATE_REDIS_MAX_CONNECTIONS", defaults.redis_max_connections, int
             ),
             log_level=(env.get("SLUICEGATE_LOG_LEVEL") or defaults.log_level).lower(),
+            log_format=_log_format(env.get("SLUICEGATE_LOG_FORMAT") or defaults.log_format),
+            tracing=TracingConfig.from_env(env),
             redis_fail_open=fail_mode == "fail_open",
             default_max_tokens=number("SLUICEGATE_DEFAULT_MAX_TOKENS", defaults.default_max_tokens, int),
             spool_path=env.get("SLUICEGATE_SPOOL_PATH") or defaults.spool_path,
@@ -166,18 +179,28 @@ class Settings:
                 "SLUICEGATE_KEEP_ALIVE_TIMEOUT", defaults.keep_alive_timeout_s, float
             ),
             max_event_bytes=number("SLUICEGATE_MAX_EVENT_BYTES", defaults.max_event_bytes, int),
+            shutdown_delay_s=number("SLUICEGATE_SHUTDOWN_DELAY", defaults.shutdown_delay_s, float, zero=True),
+            drain_timeout_s=number("SLUICEGATE_DRAIN_TIMEOUT", defaults.drain_timeout_s, float, zero=True),
             stream_ping_interval_s=number(
                 "SLUICEGATE_STREAM_PING_INTERVAL", defaults.stream_ping_interval_s, float
             ),
             stored_response_ttl_s=number(
                 "SLUICEGATE_STORED_RESPONSE_TTL", defaults.stored_response_ttl_s, float
             ),
+            audit_max_entries=number("SLUICEGATE_AUDIT_MAX_ENTRIES", defaults.audit_max_entries, int),
             trusted_proxies=_trusted_proxies(env.get("SLUICEGATE_TRUSTED_PROXIES") or ""),
             kubernetes_model_namespaces=parse_model_namespaces(
                 env.get("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES") or ""
             ),
             kubernetes_max_weight=parse_max_weight(env.get("SLUICEGATE_KUBERNETES_MAX_WEIGHT")),
         )
+
+
+def _log_format(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in LOG_FORMATS:
+        raise ConfigError(f"SLUICEGATE_LOG_FORMAT: must be {' or '.join(LOG_FORMATS)}, got {raw!r}")
+    return value
 
 
 def _trusted_proxies(raw: str) -> tuple[str, ...]:

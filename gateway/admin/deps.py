@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from starlette.types import Scope
 
+from gateway.admin.audit import AuditLog
 from gateway.admin.throttle import AdminThrottle
 from gateway.config import Settings
 from gateway.keys.auth import Authenticator
@@ -22,6 +23,7 @@ class AdminDeps:
     auth: Authenticator  # to forget cached keys at once on revoke and update
     meter: Meter  # usage reports
     router: Router  # models, pools and endpoints
+    audit: AuditLog  # every change written down, in the change's own transaction
     # Failed admin-token attempts per client address: one per app, so built here from the settings.
     throttle: AdminThrottle = field(init=False)
 

@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive
 
+from gateway.admin import audit
 from gateway.admin.deps import AdminDeps
 from gateway.config import MODEL_NAME_RE
 from gateway.errors import ErrorCode, GatewayError
@@ -133,10 +134,17 @@ def _team_name(value: Any, param: str = "team") -> str:
     return value
 
 
+def _journal(request: Request, deps: AdminDeps) -> audit.PeerJournal:
+    """The audit log, for a change this request makes: the address is the one the throttle
+    counts (the peer, or behind a trusted proxy the nearest untrusted X-Forwarded-For hop)."""
+    return deps.audit.by(deps.throttle.address(request.scope))
+
+
 async def create_team(request: Request, deps: AdminDeps) -> Response:
     body = await _json_body(request)
     name = _team_name(body.get("name"), "name")
-    team = await deps.keystore.create_team(name, parse_limits(body, budgets=True))
+    limits = parse_limits(body, budgets=True)
+    team = await deps.keystore.create_team(name, limits, journal=_journal(request, deps))
     return _json(team, 201)
 
 
@@ -151,7 +159,7 @@ def _changes(body: dict[str, Any], *, budgets: bool) -> tuple[LimitSet, set[str]
 async def update_team(request: Request, deps: AdminDeps) -> Response:
     name = _team_name(request.path_params["team"], "team")
     changes, cleared = _changes(await _json_body(request), budgets=True)
-    limits = await deps.keystore.update_team(name, changes, cleared)
+    limits = await deps.keystore.update_team(name, changes, cleared, journal=_journal(request, deps))
     deps.auth.forget(f"team:{name}")
     return _json({"name": name, "limits": limits.as_dict()})
 
@@ -159,7 +167,7 @@ async def update_team(request: Request, deps: AdminDeps) -> Response:
 async def update_key(request: Request, deps: AdminDeps) -> Response:
     key_id = request.path_params["key_id"]
     changes, cleared = _changes(await _json_body(request), budgets=False)
-    record = await deps.keystore.update_key(key_id, changes, cleared)
+    record = await deps.keystore.update_key(key_id, changes, cleared, journal=_journal(request, deps))
     return _json(record.public())
 
 
@@ -191,7 +199,12 @@ async def create_key(request: Request, deps: AdminDeps) -> Response:
     limits = parse_limits(body, budgets=False)
     expires_at = _expiry(body.get("expires_at"))
     record, secret = await deps.keystore.create_key(
-        team, name=name, models=models, limits=limits, expires_at=expires_at
+        team,
+        name=name,
+        models=models,
+        limits=limits,
+        expires_at=expires_at,
+        journal=_journal(request, deps),
     )
     return _json({**record.public(), "key": secret}, 201)
 
@@ -233,7 +246,7 @@ async def list_keys(request: Request, deps: AdminDeps) -> Response:
 
 async def revoke_key(request: Request, deps: AdminDeps) -> Response:
     key_id = request.path_params["key_id"]
-    record, hashes = await deps.keystore.revoke(key_id)
+    record, hashes = await deps.keystore.revoke(key_id, journal=_journal(request, deps))
     for secret_hash in hashes:
         deps.auth.forget(secret_hash)
     return _json(record.public())
@@ -248,7 +261,7 @@ async def rotate_key(request: Request, deps: AdminDeps) -> Response:
             "'grace_seconds' must be a number of seconds from 0 to 90 days.",
             param="grace_seconds",
         )
-    record, secret = await deps.keystore.rotate(key_id, float(grace))
+    record, secret = await deps.keystore.rotate(key_id, float(grace), journal=_journal(request, deps))
     return _json({**record.public(), "key": secret})
 
 
@@ -283,6 +296,20 @@ async def usage(request: Request, deps: AdminDeps) -> Response:
     return _json({"object": "list", "data": rows})
 
 
+async def audit_log(request: Request, deps: AdminDeps) -> Response:
+    """Newest first; `before` (the last id of a page) pages on. A team that never existed has
+    no entries, not a 404: entries outlive what they describe."""
+    query = request.query_params
+    team = query.get("team")
+    entries, more = await deps.audit.entries(
+        team=_team_name(team) if team else None,
+        since_ms=audit.parse_since(query.get("since")),
+        before=audit.parse_before(query.get("before")),
+        limit=audit.parse_limit(query.get("limit")),
+    )
+    return _json({"object": "list", "data": entries, "has_more": more})
+
+
 def admin_routes() -> list[Route]:
     # One Route per path: Starlette answers a wrong method with 405 from the first Route whose
     # path matches, so split Routes would name only their own methods in `Allow`.
@@ -293,6 +320,7 @@ def admin_routes() -> list[Route]:
         _route("/admin/v1/keys/{key_id}", DELETE=revoke_key, PATCH=update_key),
         _route("/admin/v1/keys/{key_id}/rotate", POST=rotate_key),
         _route("/admin/v1/usage", GET=usage),
+        _route("/admin/v1/audit", GET=audit_log),
     ]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import socket
 import subprocess
@@ -146,6 +147,9 @@ def run_demo(*, host: str, port: int) -> int:
         key_id, key = asyncio.run(_create_demo_key(redis.url))
         base = f"http://{host}:{port}"
         configure_logging("warning")
+        # A newcomer sees each request's access line (status, tokens, the worker that served it)
+        # under the banner; the rest of the gateway stays quiet unless something is wrong.
+        logging.getLogger("sluicegate.access").setLevel(logging.INFO)
         banner = _banner(base, redis.url, worker_url, key, key_id, admin_token)
         server = uvicorn.Server(uvicorn_config(create_app(settings, table), settings, graceful_shutdown_s=5))
         with contextlib.suppress(KeyboardInterrupt):

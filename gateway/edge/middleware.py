@@ -1,6 +1,7 @@
 """The one middleware: a request id on every request and response, then one access-log line and
 the request metrics once the last byte has gone (so a stream is measured whole). It also refuses,
-before routing, a path that hides a separator in percent-encoding."""
+before routing, a path that hides a separator in percent-encoding, and, when tracing is on, opens
+and ends an API request's SERVER span (gateway/observability/tracing.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.observability.logs import loggable
+from gateway.observability.logs import Fields, loggable
 from gateway.observability.metrics import UNKNOWN_MODEL, Metrics
+from gateway.observability.tracing import Tracing
 from gateway.proxy.context import RequestContext, client_request_id, new_request_id
+from gateway.proxy.forwarding import Forwarding
 
 access_log = logging.getLogger("sluicegate.access")
 _QUIET_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
@@ -22,6 +25,14 @@ _QUIET_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
 # ...except in a model name, where the OpenAI SDK encodes a `/` (`models.retrieve("org/model")`):
 # behind this raw prefix, the decoded path can only reach the model route, whatever follows.
 _MODEL_PATH = b"/v1/models/"
+# The text line: what it always said, then the worker endpoint. A JSON line carries every field.
+_ACCESS_TEXT = (
+    "request_id=%(request_id)s client_request_id=%(client_request_id)s api=%(api)s method=%(method)s "
+    "path=%(path)s status=%(status)d duration_ms=%(duration_ms).1f model=%(model)s team=%(team)s "
+    "key_id=%(key_id)s prompt_tokens=%(prompt_tokens)d completion_tokens=%(completion_tokens)d "
+    "outcome=%(outcome)s endpoint=%(endpoint)s"
+)
+_MAX_USER_AGENT = 256
 
 
 def _hides_a_separator(raw_path: bytes) -> bool:
@@ -29,9 +40,10 @@ def _hides_a_separator(raw_path: bytes) -> bool:
 
 
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, forwarding: Forwarding | None = None) -> None:
         self.app = app
         self.metrics = metrics
+        self.forwarding = forwarding or Forwarding()  # who the client is, behind trusted proxies
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -43,7 +55,12 @@ class RequestContextMiddleware:
                 incoming = value.decode("latin-1")
                 break
         ctx = RequestContext(request_id=new_request_id(), client_request_id=client_request_id(incoming))
-        scope.setdefault("state", {})["ctx"] = ctx
+        state = scope.setdefault("state", {})
+        state["ctx"] = ctx
+        # The lifespan's Tracing, or None when tracing is off: then this test is its whole cost.
+        tracing: Tracing | None = state.get("tracing")
+        if tracing is not None and scope["path"].startswith("/v1/"):
+            ctx.trace = tracing.start(scope, ctx, self.forwarding.client_address(scope))
         # The client's id is echoed back as it sent it; the gateway's own always comes too.
         id_headers = (
             (b"x-request-id", (ctx.client_request_id or ctx.request_id).encode()),
@@ -79,26 +96,40 @@ class RequestContextMiddleware:
             self.metrics.child(self.metrics.requests, model, ctx.team or "none", api, str(status)).inc()
             if ctx.model:
                 self.metrics.child(self.metrics.request_duration, model).observe(elapsed)
+        if ctx.trace is not None:
+            ctx.trace.finish(scope, status)
         level = logging.DEBUG if path in _QUIET_PATHS else logging.INFO
         if access_log.isEnabledFor(level):
-            access_log.log(
-                level,
-                "request_id=%s client_request_id=%s api=%s method=%s path=%s status=%d duration_ms=%.1f "
-                "model=%s team=%s key_id=%s prompt_tokens=%d completion_tokens=%d outcome=%s",
-                ctx.request_id,
-                ctx.client_request_id or "-",
-                ctx.api or "-",
-                # Every value a client could have chosen is escaped: the method too, though httptools
-                # only lets known methods through, and the model, team and key id, though those
-                # are names the gateway knows.
-                loggable(scope["method"]),
-                loggable(path),
-                status,
-                elapsed * 1000,
-                loggable(ctx.model or "-"),
-                loggable(ctx.team or "-"),
-                loggable(ctx.key_id or "-"),
-                ctx.prompt_tokens,
-                ctx.completion_tokens,
-                ctx.outcome or "-",
-            )
+            access_log.log(level, _ACCESS_TEXT, self._fields(scope, ctx, status, elapsed))
+
+    def _fields(self, scope: Scope, ctx: RequestContext, status: int, elapsed: float) -> Fields:
+        # Every value a client could have chosen is escaped: the method too, though httptools only
+        # lets known methods through, and the model, team and key id, though those are names the
+        # gateway knows. None is `-` in a text line and null in a JSON one.
+        user_agent = None
+        for name, value in scope["headers"]:
+            if name == b"user-agent":
+                user_agent = loggable(value.decode("latin-1")[:_MAX_USER_AGENT])
+                break
+        return Fields(
+            request_id=ctx.request_id,
+            client_request_id=ctx.client_request_id,
+            method=loggable(scope["method"]),
+            path=loggable(scope["path"]),
+            status=status,
+            api=ctx.api or None,
+            model=loggable(ctx.model) if ctx.model else None,
+            served_by_model=ctx.served_by_model or None,
+            team=loggable(ctx.team) if ctx.team else None,
+            key_id=loggable(ctx.key_id) if ctx.key_id else None,
+            endpoint=ctx.endpoint or None,
+            attempts=ctx.attempts,
+            ttft_ms=None if ctx.ttft_ms is None else round(ctx.ttft_ms, 1),
+            duration_ms=round(elapsed * 1000, 1),
+            prompt_tokens=ctx.prompt_tokens,
+            completion_tokens=ctx.completion_tokens,
+            outcome=ctx.outcome or None,
+            limit=None if ctx.refused_by is None else "/".join(reversed(ctx.refused_by)),
+            client=loggable(self.forwarding.client_address(scope)) or None,
+            user_agent=user_agent,
+        )

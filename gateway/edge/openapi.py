@@ -334,6 +334,19 @@ def _admin_paths() -> Schema:
                 ],
             )
         },
+        "/admin/v1/audit": {
+            "get": _admin(
+                "Admin changes, newest first: action, team, key id, old and new values, address",
+                _ok(s.audit_listing()),
+                400,
+                parameters=[
+                    _query("team", s.team_filter(), "Only this team's changes (default: every team)."),
+                    _query("since", {"type": "string"}, "Unix seconds or an ISO 8601 date/time (UTC)."),
+                    _query("before", s.audit_before(), "Older than this entry id (the next page)."),
+                    _query("limit", s.audit_limit(), "At most this many entries."),
+                ],
+            )
+        },
         "/admin/v1/models": {
             "get": _admin(
                 "Models, pools and endpoints as this replica sees them", _ok(s.listing({"type": "object"}))

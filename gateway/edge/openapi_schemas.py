@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.admin.audit import DEFAULT_PAGE as AUDIT_DEFAULT_PAGE
+from gateway.admin.audit import MAX_PAGE as AUDIT_MAX_PAGE
+from gateway.admin.audit import STREAM_ID_RE
 from gateway.errors import ErrorCode
 from gateway.keys.store import TEAM_NAME_RE
 from gateway.limits.spec import MAX_LIMIT, TOKEN_COUNTS
@@ -255,6 +258,40 @@ def listing(item: Schema) -> Schema:
         "required": ["object", "data"],
         "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": item}},
     }
+
+
+def audit_listing() -> Schema:
+    """gateway.admin.audit: entries newest first; `has_more` when older ones match too."""
+    entry = {
+        "type": "object",
+        "required": ["id", "time", "action", "team", "key_id", "changes", "peer"],
+        "properties": {
+            "id": {"type": "string", "description": "The stream id (Redis's clock, ms); `before` takes it."},
+            "time": {"type": "string", "description": "ISO 8601, UTC."},
+            "action": {"type": "string", "description": "team.created, team.updated, key.created, …"},
+            "team": {"type": "string"},
+            "key_id": nullable({"type": "string"}),
+            "changes": {
+                "type": "object",
+                "description": "{field: [old, new]}; null where a value was or became unset.",
+                "additionalProperties": {"type": "array", "minItems": 2, "maxItems": 2},
+            },
+            "peer": {"type": "string", "description": "The address the change came from."},
+        },
+    }
+    schema = listing(entry)
+    schema["required"] = [*schema["required"], "has_more"]
+    schema["properties"]["has_more"] = {"type": "boolean"}
+    return schema
+
+
+def audit_before() -> Schema:
+    """An entry id from an earlier page; empty is no bound."""
+    return {"type": "string", "pattern": f"^({STREAM_ID_RE.pattern})?$"}
+
+
+def audit_limit() -> Schema:
+    return {"type": "integer", "minimum": 1, "maximum": AUDIT_MAX_PAGE, "default": AUDIT_DEFAULT_PAGE}
 
 
 def readiness() -> Schema:

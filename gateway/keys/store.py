@@ -11,6 +11,9 @@ sg:keyid:<id>:retired    SET   hashes of secrets a rotation replaced (alive unti
 Every change to what a secret may do (revoke, rotate, new limits) is published on
 `sg:keys:invalidate` (the secret's hash, or `team:<name>` for a team's limits), so every replica
 drops its cached copy at once.
+
+Every change also takes a Journal (the admin audit log, gateway/admin/audit.py), whose entry is
+queued in the change's own MULTI/EXEC: both land or neither does.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, cast
 
 import orjson
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.typing import EncodableT, FieldT
 
 from gateway.errors import ErrorCode, GatewayError
@@ -43,6 +47,22 @@ SECRET_RE = re.compile(re.escape(KEY_PREFIX) + r"[A-Za-z0-9_-]{8,}")
 # A retired secret's record outlives its grace by this much, so late requests still get a clear
 # "expired" instead of "invalid".
 _RETIRED_RECORD_SLACK_S = 24 * 3600
+
+
+class Journal(Protocol):
+    """Where a change is written down, on the change's own transaction (`pipe`, after MULTI):
+    `before` and `after` are the public values of what changed, never a secret or its hash."""
+
+    def write(
+        self,
+        pipe: Pipeline,
+        action: str,
+        *,
+        team: str,
+        key_id: str | None = None,
+        before: Mapping[str, Any],
+        after: Mapping[str, Any],
+    ) -> None: ...
 
 
 class TeamExistsError(GatewayError):
@@ -144,15 +164,27 @@ class KeyStore:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
 
-    async def create_team(self, name: str, limits: LimitSet = NO_LIMITS) -> dict[str, object]:
+    async def create_team(
+        self, name: str, limits: LimitSet = NO_LIMITS, *, journal: Journal | None = None
+    ) -> dict[str, object]:
         created_at = time.time()
-        added = await self._redis.sadd(redis_keys.TEAMS, name)
-        if not added:
-            raise TeamExistsError(name)
-        await self._redis.hset(
-            redis_keys.team(name),
-            mapping={"name": name, "created_at": repr(created_at), "limits": limits.to_json()},
-        )
+        record = redis_keys.team(name)
+
+        async def create(pipe: Pipeline) -> None:
+            # The new record is WATCHed: of two creations of one name, the second's EXEC fails and
+            # its retry finds the name taken. So the name, the record and the journal entry land
+            # in one transaction.
+            if await pipe.sismember(redis_keys.TEAMS, name):
+                raise TeamExistsError(name)
+            pipe.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
+            pipe.sadd(redis_keys.TEAMS, name)
+            pipe.hset(
+                record, mapping={"name": name, "created_at": repr(created_at), "limits": limits.to_json()}
+            )
+            if journal is not None:
+                journal.write(pipe, "team.created", team=name, before={}, after=limits.as_dict())
+
+        await self._redis.transaction(create, record)
         return {"name": name, "created_at": created_at, "limits": limits.as_dict()}
 
     async def team_limits(self, name: str) -> LimitSet | None:
@@ -160,25 +192,66 @@ class KeyStore:
         raw = await self._redis.hmget(redis_keys.team(name), ["name", "limits"])
         return LimitSet.from_json(raw[1]) if raw[0] else None
 
-    async def update_team(self, name: str, changes: LimitSet, cleared: set[str]) -> LimitSet:
-        current = await self.team_limits(name)
-        if current is None:
-            raise TeamNotFoundError(name)
-        limits = current.merged(changes, cleared)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(redis_keys.team(name), "limits", limits.to_json())
-            pipe.publish(redis_keys.KEY_INVALIDATIONS, f"team:{name}")
-            await pipe.execute()
-        return limits
+    async def update_team(
+        self, name: str, changes: LimitSet, cleared: set[str], *, journal: Journal | None = None
+    ) -> LimitSet:
+        record = redis_keys.team(name)
 
-    async def update_key(self, key_id: str, changes: LimitSet, cleared: set[str]) -> KeyRecord:
-        secret_hash, record = await self._current(key_id)
-        updated = replace(record, limits=record.limits.merged(changes, cleared))
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(redis_keys.key_by_hash(secret_hash), "limits", updated.limits.to_json())
+        async def update(pipe: Pipeline) -> LimitSet:
+            # Read, merge and write under WATCH: two concurrent updates cannot lose one another,
+            # and the journal's old values are the ones this update replaced.
+            raw = await pipe.hmget(record, ["name", "limits"])
+            if not raw[0]:
+                raise TeamNotFoundError(name)
+            current = LimitSet.from_json(raw[1])
+            limits = current.merged(changes, cleared)
+            pipe.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
+            pipe.hset(record, "limits", limits.to_json())
+            pipe.publish(redis_keys.KEY_INVALIDATIONS, f"team:{name}")
+            if journal is not None:
+                journal.write(
+                    pipe, "team.updated", team=name, before=current.as_dict(), after=limits.as_dict()
+                )
+            return limits
+
+        return cast(LimitSet, await self._redis.transaction(update, record, value_from_callable=True))
+
+    async def update_key(
+        self, key_id: str, changes: LimitSet, cleared: set[str], *, journal: Journal | None = None
+    ) -> KeyRecord:
+        if not KEY_ID_RE.fullmatch(key_id):
+            raise KeyNotFoundError(key_id)
+        pointer = redis_keys.key_hash_by_id(key_id)
+
+        async def update(pipe: Pipeline) -> KeyRecord:
+            # As update_team, read-merge-write under WATCH: of the id's pointer too, so a rotation
+            # meanwhile (a new secret, a copy of the record) makes this retry on the new record.
+            secret_hash_raw = await pipe.get(pointer)
+            if not secret_hash_raw:
+                raise KeyNotFoundError(key_id)
+            secret_hash = redis_keys.as_text(secret_hash_raw)
+            stored = redis_keys.key_by_hash(secret_hash)
+            await pipe.watch(stored)
+            raw = await pipe.hgetall(stored)
+            if not raw:
+                raise KeyNotFoundError(key_id)
+            record = KeyRecord.from_hash(raw)
+            updated = replace(record, limits=record.limits.merged(changes, cleared))
+            pipe.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
+            pipe.hset(stored, "limits", updated.limits.to_json())
             pipe.publish(redis_keys.KEY_INVALIDATIONS, secret_hash)
-            await pipe.execute()
-        return updated
+            if journal is not None:
+                journal.write(
+                    pipe,
+                    "key.updated",
+                    team=record.team,
+                    key_id=key_id,
+                    before=record.limits.as_dict(),
+                    after=updated.limits.as_dict(),
+                )
+            return updated
+
+        return cast(KeyRecord, await self._redis.transaction(update, pointer, value_from_callable=True))
 
     async def team_exists(self, name: str) -> bool:
         return bool(await self._redis.sismember(redis_keys.TEAMS, name))
@@ -194,6 +267,7 @@ class KeyStore:
         models: Sequence[str] | None = None,
         limits: LimitSet = NO_LIMITS,
         expires_at: float | None = None,
+        journal: Journal | None = None,
     ) -> tuple[KeyRecord, str]:
         """Returns the record and the secret; the secret is not stored and cannot be shown again."""
         if not await self.team_exists(team):
@@ -213,10 +287,20 @@ class KeyStore:
             pipe.hset(redis_keys.key_by_hash(secret_hash), mapping=record.fields())
             pipe.set(redis_keys.key_hash_by_id(record.id), secret_hash)
             pipe.sadd(redis_keys.team_keys(team), record.id)
+            if journal is not None:
+                after = {
+                    "name": record.name,
+                    "models": sorted(record.models) if record.models is not None else None,
+                    "expires_at": record.expires_at,
+                    **record.limits.as_dict(),
+                }
+                journal.write(pipe, "key.created", team=team, key_id=record.id, before={}, after=after)
             await pipe.execute()
         return record, secret
 
-    async def rotate(self, key_id: str, grace_s: float) -> tuple[KeyRecord, str]:
+    async def rotate(
+        self, key_id: str, grace_s: float, *, journal: Journal | None = None
+    ) -> tuple[KeyRecord, str]:
         """A new secret for the same key; the old one keeps working for `grace_s`, then stops."""
         old_hash, record = await self._current(key_id)
         if record.revoked:
@@ -235,6 +319,15 @@ class KeyStore:
             pipe.sadd(retired, old_hash)
             pipe.expire(retired, keep_s)
             pipe.publish(redis_keys.KEY_INVALIDATIONS, old_hash)
+            if journal is not None:
+                journal.write(
+                    pipe,
+                    "key.rotated",
+                    team=record.team,
+                    key_id=key_id,
+                    before={"previous_secret_expires_at": record.expires_at},
+                    after={"previous_secret_expires_at": old_ends, "grace_seconds": grace_s},
+                )
             await pipe.execute()
         return record, secret
 
@@ -267,10 +360,10 @@ class KeyStore:
         records = [KeyRecord.from_hash(raw) for raw in raws if raw]
         return sorted(records, key=lambda r: r.created_at)
 
-    async def revoke(self, key_id: str) -> tuple[KeyRecord, list[str]]:
+    async def revoke(self, key_id: str, *, journal: Journal | None = None) -> tuple[KeyRecord, list[str]]:
         """Marks the key, and every secret a rotation left alive, revoked; returns the record and
         the hashes so this replica can drop them at once (others hear it on the channel)."""
-        secret_hash, _ = await self._current(key_id)
+        secret_hash, current = await self._current(key_id)
         retired = await self._redis.smembers(redis_keys.retired_key_hashes(key_id))
         hashes = [secret_hash, *(redis_keys.as_text(h) for h in retired)]
         now = repr(time.time())
@@ -280,6 +373,18 @@ class KeyStore:
                 if hashed == secret_hash or await self._redis.exists(redis_keys.key_by_hash(hashed)):
                     pipe.hsetnx(redis_keys.key_by_hash(hashed), "revoked_at", now)
                 pipe.publish(redis_keys.KEY_INVALIDATIONS, hashed)
+            if journal is not None:
+                # HSETNX keeps a first revocation's time: revoking again changes nothing.
+                revoked_at = current.revoked_at
+                after = {"revoked_at": revoked_at if revoked_at is not None else float(now)}
+                journal.write(
+                    pipe,
+                    "key.revoked",
+                    team=current.team,
+                    key_id=key_id,
+                    before={"revoked_at": revoked_at},
+                    after=after,
+                )
             await pipe.execute()
         _, record = await self._current(key_id)
         return record, hashes

@@ -33,14 +33,15 @@ from gateway.redis.scripts import load_script
 class LimitKind(enum.Enum):
     """What a limit counts; the value is the letter admit.lua and settle.lua know it by."""
 
-    def __init__(self, label: str, script_kind: str) -> None:
+    def __init__(self, label: str, script_kind: str, metric_label: str) -> None:
         self.label = label
         self.script_kind = script_kind
+        self.metric_label = metric_label  # `limit` on sluicegate_rate_limited_total
 
-    REQUESTS = ("requests", "g")  # GCRA, one per request
-    TOKENS = ("tokens", "g")  # GCRA, the reserved tokens
-    CONCURRENCY = ("concurrency", "c")  # slots, one per request in flight
-    BUDGET = ("budget", "b")  # tokens per calendar period
+    REQUESTS = ("requests", "g", "rpm")  # GCRA, one per request
+    TOKENS = ("tokens", "g", "tpm")  # GCRA, the reserved tokens
+    CONCURRENCY = ("concurrency", "c", "concurrency")  # slots, one per request in flight
+    BUDGET = ("budget", "b", "budget")  # tokens per calendar period
 
 
 # A slot outlives a replica that died mid-request by this much at most.
@@ -55,6 +56,7 @@ class Limit:
     description: str  # names the limit in a 429, e.g. "team ml tokens per minute"
     counts: TokenCount = TokenCount.TOTAL  # which tokens a TOKENS limit counts
     period_s: float = 60.0  # BUDGET: seconds until the period ends
+    scope: str = "key"  # whose limit: "key" or "team" (`scope` on sluicegate_rate_limited_total)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +94,13 @@ class Admission:
         if self.denied_by is not None and self.denied_by.limit.kind is kind:
             return self.denied_by
         return min((s for s in self.states if s.limit.kind is kind), key=lambda s: s.remaining, default=None)
+
+    def refusal_labels(self) -> tuple[str, str]:
+        """(limit, scope) of the limit that refused, for sluicegate_rate_limited_total: which kind
+        (rpm, tpm, concurrency, budget) and whose (key, team); never which key."""
+        assert self.denied_by is not None
+        limit = self.denied_by.limit
+        return limit.kind.metric_label, limit.scope
 
     def error(self) -> GatewayError:
         assert self.denied_by is not None
@@ -149,7 +158,9 @@ NOTHING_TO_ADMIT = Admission(allowed=True, states=(), denied_by=None)
 
 
 def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> list[Limit]:
-    """The limits of one team or key, plus those it sets for `model`."""
+    """The limits of one team or key, plus those it sets for `model`. `scope`: `key:<id>` or
+    `team`, the start of each limit's Redis key."""
+    whose = scope.split(":", 1)[0]
     out: list[Limit] = []
     for subject, where in ((limits, ""), (limits.for_model(model), f":m:{model}")):
         if subject is None:
@@ -163,6 +174,7 @@ def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> li
                     redis_keys.rate_limit(team, f"{key}:rpm"),
                     subject.rpm,
                     f"{label} requests per minute",
+                    scope=whose,
                 )
             )
         if subject.tpm:
@@ -173,6 +185,7 @@ def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> li
                     subject.tpm,
                     f"{label} tokens per minute",
                     counts=TokenCount(subject.tpm_counts),
+                    scope=whose,
                 )
             )
         if subject.max_concurrency:
@@ -182,6 +195,7 @@ def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> li
                     redis_keys.rate_limit(team, f"{key}:conc"),
                     subject.max_concurrency,
                     f"{label} concurrent requests",
+                    scope=whose,
                 )
             )
     return out
@@ -202,6 +216,7 @@ def plan(
                 team_limits.daily_tokens,
                 f"team {team} daily tokens",
                 period_s=(tomorrow - now).total_seconds(),
+                scope="team",
             )
         )
     if team_limits.monthly_tokens:
@@ -215,6 +230,7 @@ def plan(
                 team_limits.monthly_tokens,
                 f"team {team} monthly tokens",
                 period_s=(end - now).total_seconds(),
+                scope="team",
             )
         )
     return limits

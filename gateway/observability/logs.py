@@ -1,13 +1,25 @@
 """Logging set-up. Handlers and messages never carry a key: the code logs key ids only, and a
-redacting filter on every handler catches anything shaped like a key or a bearer token anyway."""
+redacting filter on every handler catches anything shaped like a key or a bearer token anyway.
+
+Two formats (SLUICEGATE_LOG_FORMAT): `text`, one `time level logger message` line per record, and
+`json`, one JSON object per line (`timestamp`, `level`, `logger`, `message`, and the record's
+structured fields). A record is structured when it is logged with one mapping as its argument
+(`log.info("status=%(status)d", fields)`): the text line is the message formatted from it, the
+JSON line carries its fields as they are (numbers as numbers, None as null).
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import logging
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from gateway.keys.store import SECRET_RE
 
+LOG_FORMATS = ("text", "json")
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[^\s\"',]+")
 
 
@@ -21,14 +33,55 @@ def redact(text: str) -> str:
     return _BEARER_RE.sub(r"\1[redacted]", SECRET_RE.sub("sk-sg-[redacted]", text))
 
 
+class Fields(dict[str, Any]):
+    """A structured record's fields: in a text line, a missing value (None) reads as `-`."""
+
+    def __getitem__(self, name: str) -> Any:
+        value = super().__getitem__(name)
+        return "-" if value is None else value
+
+
 class RedactingFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         return redact(super().format(record))
 
 
-def configure_logging(level: str) -> None:
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, all on one line: json.dumps escapes every control character
+    (and, ASCII only, the Unicode line separators), so no value can start a line of its own."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "timestamp": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if isinstance(record.args, Mapping):
+            fields = dict(record.args.items())  # the raw values: None stays null
+            line["message"] = _summary(fields) or record.msg
+            for name, value in fields.items():
+                line.setdefault(name, value)
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        return redact(json.dumps(line, ensure_ascii=True, default=str, separators=(",", ":")))
+
+
+def _summary(fields: Mapping[str, Any]) -> str | None:
+    """A structured access record's message: `POST /v1/chat/completions 200`."""
+    if "method" in fields and "path" in fields and "status" in fields:
+        return f"{fields['method']} {fields['path']} {fields['status']}"
+    return None
+
+
+def configure_logging(level: str, log_format: str = "text") -> None:
     handler = logging.StreamHandler()
-    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

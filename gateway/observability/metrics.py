@@ -1,15 +1,29 @@
 """Prometheus metrics, one registry per app (so tests and several apps in one process never mix).
 
 Labels stay low-cardinality: model (a configured name, never a client's arbitrary string), team,
-api (a dialect's name, fixed in the code), status code, reason, and for routing a pool name and an
-endpoint's address. Never a key, key id or user: per-key usage lives in Redis metering.
+api (a dialect's name, fixed in the code), status code, reason, the kind and scope of a refusing
+limit, and for routing a pool name and an endpoint's address. Never a key, key id or user: per-key
+usage lives in Redis metering.
+
+The registry also carries the standard process_*, python_gc_* and python_info series, and drops
+every `*_created` series (see NoCreatedRegistry).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, TypeVar, cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.metrics_core import Metric
 
 # LLM requests run from milliseconds (a 429) to many minutes (a long generation).
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -38,11 +52,33 @@ _QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 
 
 UNKNOWN_MODEL = "unknown"
 MetricT = TypeVar("MetricT", Counter, Gauge, Histogram)
+_WITH_CREATED = ("counter", "histogram", "summary")
+
+
+class NoCreatedRegistry(CollectorRegistry):
+    """A registry that never exposes `*_created` series: one extra series per counter and
+    histogram child, saying when it was first touched, which Prometheus does not need (it finds
+    counter resets itself) and which doubles the series of every counter.
+
+    prometheus_client's own switches (disable_created_metrics(), PROMETHEUS_DISABLE_CREATED_SERIES)
+    are process-global and read at import time; this keeps the choice on the app's own registry,
+    so another registry in the same process (a worker, a test) is left as it is."""
+
+    def collect(self) -> Iterable[Metric]:
+        for metric in super().collect():
+            if metric.type not in _WITH_CREATED:
+                yield metric
+                continue
+            created = metric.name + "_created"
+            kept = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+            kept.samples = [sample for sample in metric.samples if sample.name != created]
+            yield kept
 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+        """`registry`: default a fresh NoCreatedRegistry; one passed in is used as it is."""
+        self.registry = NoCreatedRegistry() if registry is None else registry
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         self.requests = Counter(
@@ -87,8 +123,9 @@ class Metrics:
         )
         self.rate_limited = Counter(
             "sluicegate_rate_limited_total",
-            "Requests refused by a rate limit.",
-            ["model", "team"],
+            "Requests refused by a limit, by model, team, the limit's kind (`limit`: rpm, tpm, "
+            "concurrency or budget) and whose limit it was (`scope`: key or team).",
+            ["model", "team", "limit", "scope"],
             registry=r,
         )
         self.inflight = Gauge(
@@ -118,6 +155,11 @@ class Metrics:
             registry=r,
         )
         self._routing_metrics(r)
+        # The standard series every Prometheus client exports by default (CPU, memory, open file
+        # descriptors, start time; GC; the Python version), here on the app's own registry.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
 
     def _routing_metrics(self, r: CollectorRegistry) -> None:
         self.pool_healthy_endpoints = Gauge(

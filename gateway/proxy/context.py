@@ -6,8 +6,12 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from starlette.types import Scope
+
+if TYPE_CHECKING:
+    from gateway.observability.tracing import RequestTrace
 
 _CLIENT_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
@@ -43,6 +47,15 @@ class RequestContext:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     outcome: str = ""
+    # Set by the pipeline where it learns them (the worker that answered, after upstream.open;
+    # the first output and finish reason, by Settlement.finish), for the access log and the span.
+    served_by_model: str = ""  # the model that answered: the one asked for, or a fallback
+    endpoint: str = ""  # the worker endpoint's URL
+    attempts: int = 0  # worker attempts, retries included
+    ttft_ms: float | None = None  # a stream's first output, from the request's start
+    finish_reason: str = ""
+    refused_by: tuple[str, str] | None = None  # (limit, scope) of the limit that refused: a 429
+    trace: RequestTrace | None = None  # None unless tracing is on (gateway/observability/tracing.py)
 
     @staticmethod
     def of(scope: Scope) -> RequestContext:

@@ -10,7 +10,9 @@ to the worker has its own), and every client-written claim about where the reque
 not read them as its own). The gateway then says itself who the client is:
 `X-Forwarded-For` is the peer's address, extended (not replaced) only when that peer is a
 configured trusted proxy, whose own `X-Forwarded-For`/`X-Forwarded-Proto` are then believed.
-Everything else (tracing headers, `OpenAI-Organization`, …) reaches the worker unchanged.
+Everything else (`OpenAI-Organization`, `baggage`, …) reaches the worker unchanged, and so do
+`traceparent`/`tracestate` while tracing is off; with tracing on, each worker attempt gets its own
+`traceparent`, naming the gateway's span for that attempt (gateway/proxy/upstream.py).
 """
 
 from __future__ import annotations
@@ -109,6 +111,22 @@ class Forwarding:
         if ctx.client_request_id is not None:
             headers[CLIENT_REQUEST_ID_HEADER] = ctx.client_request_id
         return headers
+
+    def client_address(self, scope: Scope) -> str:
+        """Who the client is, for the access log and the request's span: the peer, or behind a
+        trusted proxy the nearest X-Forwarded-For entry that is not itself trusted (each trusted
+        proxy appended the address it saw; anything left of that the client could have written)."""
+        peer = _peer(scope)
+        if not peer or not self._is_trusted(peer):
+            return peer
+        hops: list[str] = []
+        for name, value in scope["headers"]:
+            if name == b"x-forwarded-for":
+                hops.extend(hop.strip() for hop in value.decode("latin-1").split(","))
+        for hop in reversed(hops):
+            if hop and not self._is_trusted(hop):
+                return hop
+        return peer
 
     def _is_trusted(self, peer: str) -> bool:
         if not self._trusted:

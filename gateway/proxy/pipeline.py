@@ -24,10 +24,12 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.config import ModelConfig, Settings
+from gateway.drain import Drain
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.auth import Authenticator, Principal
 from gateway.limits import admission as limits
 from gateway.limits.admission import Admission, RateLimiter
+from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
 from gateway.proxy.context import CLIENT_CLOSED, RequestContext
 from gateway.proxy.dialects.base import Call, Dialect
@@ -102,8 +104,10 @@ class Pipeline:
         metrics: Metrics,
         forwarding: Forwarding,
         stored: StoredResponses,
+        drain: Drain,
     ) -> None:
         self._settings = settings
+        self._drain = drain
         self._stored = stored
         self._forwarding = forwarding
         self._auth = auth
@@ -116,6 +120,16 @@ class Pipeline:
     async def serve(self, dialect: Dialect[Any], scope: Scope, receive: Receive, send: Send) -> None:
         ctx = RequestContext.of(scope)
         ctx.api = dialect.name
+        with self._drain.absorbing_cut():
+            await self._serve(dialect, ctx, scope, receive, send)
+            return
+        # Cut by the drain before its answer began (a begun stream ends itself in the relay).
+        if ctx.status == 0:
+            await dialect.error_response(self._drain.error())(scope, receive, send)
+
+    async def _serve(
+        self, dialect: Dialect[Any], ctx: RequestContext, scope: Scope, receive: Receive, send: Send
+    ) -> None:
         try:
             admitted = await self._admit(dialect, Request(scope, receive), ctx)
         except GatewayError as error:
@@ -138,10 +152,12 @@ class Pipeline:
             settlement.outcome.failed = True  # a bug, or cancelled at shutdown
             raise
         finally:
-            settlement.finish()
+            with tracing.settling(ctx.trace, settlement.outcome):
+                settlement.finish()
 
     async def _admit(self, dialect: Dialect[Any], request: Request, ctx: RequestContext) -> Admitted:
-        principal = await self._auth.authenticate(request.headers)
+        with tracing.phase(ctx.trace, "authenticate"):
+            principal = await self._auth.authenticate(request.headers)
         key = principal.key
         ctx.team, ctx.key_id = key.team, key.id
         body = await read_body(request, self._settings.max_body_bytes, self._settings.body_timeout_s)
@@ -165,12 +181,14 @@ class Pipeline:
             key.team, principal.team_limits, key.id, key.limits, ctx.model, dt.datetime.now(dt.UTC)
         )
         reservation = call.reservation(self._settings.default_max_tokens)
-        admission = await self._limiter.admit(key.team, planned, ctx.request_id, reservation)
-        if not admission.allowed:
-            self._metrics.rate_limited.labels(ctx.model, key.team).inc()
-            error = admission.error()
-            error.headers.update(dialect.limit_headers(admission))
-            raise error
+        with tracing.phase(ctx.trace, "admit"):
+            admission = await self._limiter.admit(key.team, planned, ctx.request_id, reservation)
+            if not admission.allowed:
+                self._metrics.rate_limited.labels(ctx.model, key.team, *admission.refusal_labels()).inc()
+                ctx.refused_by = admission.refusal_labels()
+                error = admission.error()
+                error.headers.update(dialect.limit_headers(admission))
+                raise error
         return Admitted(call, principal, requested, admission, holder)
 
     async def _holder(self, response_id: str | None, team: str, model: str) -> Holder | None:
@@ -244,8 +262,11 @@ class Pipeline:
                 head_deadline=head_deadline,
                 stream=call.stream,
                 attempt_failures=outcome.attempt_failures,
+                trace=ctx.trace,
             )
             outcome.reached_worker = True
+            ctx.endpoint, ctx.served_by_model = upstream.endpoint.url, upstream.pool.model.name
+            ctx.attempts = len(outcome.attempt_failures) + 1
             response = upstream.response
             streaming = (
                 call.stream and response.status == 200 and response.content_type == "text/event-stream"
@@ -282,6 +303,7 @@ class Pipeline:
                 remember=remember,
                 keepalive=dialect.keepalive,
                 ping_interval_s=self._settings.stream_ping_interval_s,
+                drain=self._drain,
             )
             await relay.run(receive, send)
             return
@@ -296,6 +318,7 @@ class Pipeline:
             outcome.error_reason = "invalid_json"
             raise GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker answered with invalid JSON.")
         try:
+            outcome.finish_reason = _finish_reason(answer)
             outcome.usage = call.protocol.usage(answer)
         except InvalidUsage:
             outcome.invalid_usage = True
@@ -353,3 +376,12 @@ def _header(scope: Scope, name: str) -> str | None:
         if key == wanted:
             return str(value.decode("latin-1"))
     return None
+
+
+def _finish_reason(answer: dict[str, Any]) -> str | None:
+    """A whole answer's finish reason (a stream's is read in passing): the first choice's in the
+    chat contract, `stop_reason` in a native Messages answer."""
+    choices = answer.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    reason = first.get("finish_reason") if isinstance(first, dict) else answer.get("stop_reason")
+    return reason if isinstance(reason, str) else None

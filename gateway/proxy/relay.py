@@ -26,6 +26,7 @@ import orjson
 from starlette.types import Message, Receive, Send
 
 from gateway.config import Settings
+from gateway.drain import Drain
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.dialects.base import ClientStream
 from gateway.proxy.disconnect import ClientWatch
@@ -65,7 +66,9 @@ class StreamRelay:
         remember: Callable[[str], Awaitable[None]] | None = None,
         keepalive: bytes | None = None,
         ping_interval_s: float = 15.0,
+        drain: Drain | None = None,
     ) -> None:
+        self._drain = drain
         self._keepalive = keepalive
         self._ping_interval_s = ping_interval_s
         self._upstream = upstream
@@ -89,9 +92,12 @@ class StreamRelay:
         except ClientStalled:
             await self._cut_client(watch)
         except asyncio.CancelledError:
-            if not watch.caught():
-                raise  # someone else's cancellation (shutdown): not ours to swallow
-            self.outcome.disconnected = True
+            if self._drain is not None and self._drain.cutting:
+                await self._end_for_shutdown(send, watch)
+            elif not watch.caught():
+                raise  # someone else's cancellation: not ours to swallow
+            else:
+                self.outcome.disconnected = True
         except OSError:
             # The client's socket failed under a send: the same as leaving.
             self.outcome.disconnected = True
@@ -100,6 +106,22 @@ class StreamRelay:
             # Closing (not releasing) drops the worker connection, which is what makes an
             # engine like vLLM abort the generation.
             self._upstream.close()
+
+    async def _end_for_shutdown(self, send: Send, watch: ClientWatch) -> None:
+        """The drain ran out with this stream open: the client gets its API's error event (and the
+        end), and the request is settled with what was relayed."""
+        assert self._drain is not None
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        self.outcome.error_reason = "shutdown"
+        watch.delivered()  # a client that hangs up now has not left early
+        failure = self._client.failure(self._drain.error())
+        try:
+            await self._write(send, {"type": "http.response.body", "body": failure, "more_body": True})
+            await self._write(send, {"type": "http.response.body", "body": b"", "more_body": False})
+        except (ClientStalled, OSError):
+            self.outcome.disconnected = True
 
     async def _cut_client(self, watch: ClientWatch) -> None:
         """Ends a client that stopped reading, settled as one that left. No error event: it would

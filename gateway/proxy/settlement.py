@@ -116,6 +116,11 @@ class Settlement:
         if completion:
             metrics.child(metrics.tokens, ctx.model, ctx.team, "completion").inc(completion)
         ctx.prompt_tokens, ctx.completion_tokens, ctx.outcome = prompt, completion, ending.value
+        if out.first_token_at is not None:
+            ctx.ttft_ms = (out.first_token_at - ctx.started) * 1000
+        ctx.finish_reason = (out.finish_reason or "")[:64]  # the worker's word: bounded
+        # Every attempt that failed is in attempt_failures; the one that answered (if any) is not.
+        ctx.attempts = max(ctx.attempts, len(out.attempt_failures))
         self.meter.submit(
             UsageRecord(
                 request_id=ctx.request_id,

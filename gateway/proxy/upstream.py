@@ -19,16 +19,21 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.health import ENDPOINT_FAILED, NO_VERDICT, SERVED, Verdict, VerdictKind
 from gateway.routing.policy import RouteRequest
 from gateway.routing.pool import Pool, PoolUnavailable
 from gateway.routing.router import Router
+
+if TYPE_CHECKING:
+    from gateway.observability.tracing import RequestTrace
 
 log = logging.getLogger("sluicegate.upstream")
 
@@ -161,13 +166,16 @@ class Upstream:
         head_deadline: float,
         stream: bool,
         attempt_failures: list[tuple[str, str]] | None = None,
+        trace: RequestTrace | None = None,
     ) -> UpstreamResponse:
         """Returns once a worker has sent its status line and headers, before `head_deadline`
         (event-loop time). The caller must `release()` or `close()` the result.
 
         `stream`: the caller reports the health verdict itself once the first event arrives.
         `attempt_failures`: (model, reason) of each failed attempt is added there, for the
-        request's settlement to count once the request ends."""
+        request's settlement to count once the request ends.
+        `trace`: the request's spans, when traced: a queue wait and each attempt get one, and the
+        worker's traceparent names its attempt's span."""
         failures: list[str] = []
         broken: WorkerBroken | None = None
         requested = pools[0].model.name if pools else route.model
@@ -186,6 +194,7 @@ class Upstream:
                     stream=stream,
                     last=last,
                     failures=[] if attempt_failures is None else attempt_failures,
+                    trace=trace,
                 )
             except PoolUnavailable as exc:
                 failures.append(str(exc))
@@ -211,6 +220,7 @@ class Upstream:
         stream: bool,
         last: bool,
         failures: list[tuple[str, str]],
+        trace: RequestTrace | None,
     ) -> UpstreamResponse:
         model = pool.model
         loop = asyncio.get_running_loop()
@@ -223,7 +233,12 @@ class Upstream:
                 self._metrics.upstream_retries.labels(pool.name).inc()
             wait = min(model.routing.max_queue_wait, max(head_deadline - loop.time(), 0.0))
             try:
-                endpoint, trial = await pool.acquire(route, self._router.rng, tried, wait)
+                # A free slot at once, else a wait in the pool's queue: the wait is a span of its own.
+                got = pool.try_acquire(route, self._router.rng, tried)
+                if got is None:
+                    with tracing.phase(trace, "queue wait"):
+                        got = await pool.acquire(route, self._router.rng, tried, wait)
+                endpoint, trial = got
             except PoolUnavailable:
                 if tried:
                     break
@@ -232,16 +247,22 @@ class Upstream:
             handed_over = False
             verdict = NO_VERDICT  # also when the client leaves while it waits
             request_failed = Verdict(VerdictKind.REQUEST_FAILED, route.team)
+            span, sent = None, headers
+            if trace is not None:
+                span = trace.attempt(pool.wire_model, pool.name, endpoint.url)
+                sent = trace.worker_headers(headers, span)
             try:
                 async with asyncio.timeout_at(head_deadline):
                     # A worker that redirects is misconfigured: never follow it elsewhere.
                     response = await self._session.post(
                         endpoint.url + path,
                         data=body,
-                        headers=headers,
+                        headers=sent,
                         timeout=timeout,
                         allow_redirects=False,
                     )
+                if span is not None:
+                    tracing.head(span, response.status)
                 if response.status >= 500 or 300 <= response.status < 400:
                     # A 5xx may be this request's doing; a redirect no request can ask for.
                     verdict = request_failed if response.status >= 500 else ENDPOINT_FAILED
@@ -256,6 +277,8 @@ class Upstream:
                 is_stream = stream and response.status == 200 and response.content_type == "text/event-stream"
                 if not is_stream:
                     upstream.report(SERVED if verdict is NO_VERDICT else verdict)
+                if trace is not None and span is not None:
+                    trace.answering(span)  # ends with the answer, not here
                 return upstream
             except (aiohttp.ClientError, ValueError) as exc:
                 # Before TimeoutError: aiohttp's connect timeout is both, and is worth a retry.
@@ -267,6 +290,8 @@ class Upstream:
                 reason = "connect" if unreachable else "bad_response"
                 bad_answers += 0 if unreachable else 1
                 failures.append((model.name, reason))
+                if span is not None:
+                    tracing.failed(span, reason)
                 last_failure = endpoint.url + (
                     f" could not be reached ({type(exc).__name__})" if unreachable else " answered garbage"
                 )
@@ -282,6 +307,8 @@ class Upstream:
                 # generation): one team's slow requests are not the endpoint's fault alone.
                 verdict = request_failed
                 failures.append((model.name, "timeout"))
+                if span is not None:
+                    tracing.failed(span, "timeout")
                 raise GatewayError(
                     ErrorCode.UPSTREAM_TIMEOUT,
                     f"The worker for model '{model.name}' did not answer in time.",
@@ -291,6 +318,8 @@ class Upstream:
                 if not handed_over:
                     pool.report(endpoint, verdict, trial=trial)
                     pool.release(endpoint)
+                    if span is not None:
+                        span.end()
         if bad_answers:
             raise WorkerBroken(f"The worker for model '{model.name}' answered with a malformed response.")
         raise PoolUnavailable(f"pool '{pool.name}': {last_failure}")

@@ -67,3 +67,9 @@ def stored_response(response_id: str) -> str:
     """Which endpoint holds a response a worker stored, and whose it is. Response ids are checked
     (gateway.proxy.dialects.native.RESPONSE_ID_RE) and can never contain a brace."""
     return f"{PREFIX}:resp:{{{response_id}}}"
+
+
+def audit_log() -> str:
+    """The admin audit log (gateway/admin/audit.py): one stream, written by XADD inside the key
+    store's MULTI/EXEC and read by XREVRANGE; no script touches it, so it needs no hash tag."""
+    return f"{PREFIX}:audit"

@@ -453,7 +453,13 @@ def test_a_bad_body_is_a_400_naming_the_field(fields: dict[str, Any], param: str
 
 
 def test_every_error_code_has_an_anthropic_type_and_status() -> None:
-    overloaded = {ErrorCode.NO_HEALTHY_UPSTREAM, ErrorCode.POOL_SATURATED, ErrorCode.QUEUE_TIMEOUT}
+    # 529 is where Anthropic's SDKs back off and retry: no worker free, or this gateway going away.
+    overloaded = {
+        ErrorCode.NO_HEALTHY_UPSTREAM,
+        ErrorCode.POOL_SATURATED,
+        ErrorCode.QUEUE_TIMEOUT,
+        ErrorCode.SHUTTING_DOWN,
+    }
     for code in ErrorCode:
         kind, status = type_and_status(GatewayError(code, "x"))
         if code in overloaded:

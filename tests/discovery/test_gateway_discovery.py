@@ -5,20 +5,26 @@ the gateway on a real socket to the openai SDK while the fake API server changes
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import openai
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
 
 from gateway.config import KubernetesTarget, ModelConfig, ModelTable
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
 from tests.discovery.fake_apiserver import FakeApiServer
 from tests.discovery.objects import endpoint, endpoint_slice, service
 from tests.http import get
+from tests.servers import run_uvicorn
 from tests.waiting import wait_until
 
 T = TypeVar("T")
@@ -151,3 +157,86 @@ def test_a_labelled_service_becomes_a_model(
         wait_until(lambda: [m.id for m in client.models.list()] == [], 10, "the model goes with its Service")
         with pytest.raises(openai.NotFoundError):
             client.chat.completions.create(model="llama-3", messages=[{"role": "user", "content": "hi"}])
+
+
+def _held_stream_worker(released: threading.Event) -> Starlette:
+    """A worker whose streams send three tokens, then wait for `released` before the rest."""
+
+    def chunk(payload: dict[str, Any]) -> bytes:
+        return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+    def token(i: int) -> bytes:
+        delta = {"index": 0, "delta": {"content": f"t{i} "}, "finish_reason": None}
+        return chunk({"object": "chat.completion.chunk", "model": FAKE_MODEL, "choices": [delta]})
+
+    async def models(request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": FAKE_MODEL, "object": "model"}]})
+
+    async def chat(request: Request) -> StreamingResponse:
+        async def body() -> AsyncIterator[bytes]:
+            for i in range(3):
+                yield token(i)
+            await asyncio.get_running_loop().run_in_executor(None, released.wait, 60)
+            for i in range(3, 6):
+                yield token(i)
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    return Starlette(
+        routes=[Route("/v1/models", models), Route("/v1/chat/completions", chat, methods=["POST"])]
+    )
+
+
+def test_a_terminating_endpoint_takes_no_new_request_while_its_streams_finish(
+    apiserver: ApiServerThread, make_gateway: GatewayFactory, tmp_path: Path
+) -> None:
+    kubeconfig = apiserver.call(lambda: apiserver.server.write_kubeconfig(tmp_path / "kubeconfig"))
+    table = ModelTable(
+        (
+            ModelConfig(
+                name="llama",
+                upstream_model=FAKE_MODEL,
+                kubernetes=KubernetesTarget(service="llama", namespace=NAMESPACE, port="http"),
+            ),
+        )
+    )
+    released = threading.Event()
+    with (
+        run_uvicorn(_held_stream_worker(released)) as worker,
+        make_gateway(table, kubeconfig=str(kubeconfig)) as gw,
+    ):
+        client = gw.client(gw.new_key()["key"])
+        parts = urlsplit(worker)
+        host, port = parts.hostname, parts.port
+        assert host is not None
+        assert port is not None
+        slice_ = endpoint_slice(NAMESPACE, "llama-abc12", "llama", [endpoint(host)], port=port)
+        apiserver.call(lambda: apiserver.server.put("endpointslices", slice_))
+        wait_until(lambda: _pool_states(gw) == ["healthy"], 10, "the endpoint is confirmed")
+        try:
+            stream = client.chat.completions.create(
+                model="llama", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            first = [next(stream) for _ in range(3)]
+            assert [c.choices[0].delta.content for c in first] == ["t0 ", "t1 ", "t2 "]
+            # The pod is being deleted: Kubernetes marks its endpoint terminating (and not ready).
+            leaving = [endpoint(host, ready=False, terminating=True)]
+            apiserver.call(
+                lambda: apiserver.server.put(
+                    "endpointslices",
+                    endpoint_slice(NAMESPACE, "llama-abc12", "llama", leaving, port=port),
+                )
+            )
+            wait_until(
+                lambda: not _answers(client, "llama"), 10, "a terminating endpoint takes no new request"
+            )
+        finally:
+            released.set()
+        rest = [c.choices[0].delta.content for c in stream if c.choices]
+        assert rest == ["t3 ", "t4 ", "t5 "]  # the stream in flight finished on the leaving pod
+
+
+def _pool_states(gw: Gateway) -> list[str]:
+    (model,) = [m for m in gw.admin.call("GET", "/admin/v1/models")["data"] if m["name"] == "llama"]
+    return [e["state"] for pool in model["pools"] for e in pool["endpoints"]]

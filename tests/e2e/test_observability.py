@@ -62,7 +62,8 @@ def test_metrics_parse_and_count_what_happened(gateway: Gateway) -> None:
     tokens = samples["sluicegate_tokens_total"]
     assert tokens[(("model", FAKE_MODEL), ("team", team), ("type", "completion"))] == 4 + 6 + 8
     assert tokens[(("model", FAKE_MODEL), ("team", team), ("type", "prompt"))] == 2 * 3
-    assert samples["sluicegate_rate_limited_total"][(("model", FAKE_MODEL), ("team", team))] == 1
+    refused = (("limit", "rpm"), ("model", FAKE_MODEL), ("scope", "key"), ("team", team))
+    assert samples["sluicegate_rate_limited_total"][refused] == 1
     assert samples["sluicegate_time_to_first_token_seconds_count"][(("model", FAKE_MODEL),)] == 1
     assert samples["sluicegate_time_per_output_token_seconds_count"][(("model", FAKE_MODEL),)] == 1
     assert samples["sluicegate_inflight_requests"][(("model", FAKE_MODEL),)] == 0

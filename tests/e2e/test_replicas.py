@@ -64,6 +64,8 @@ def replicas(
             "SLUICEGATE_LOG_LEVEL": "warning",
             # Only the invalidation feed can make a replica drop a revoked key this early.
             "SLUICEGATE_KEY_CACHE_TTL": "30",
+            # No Service to leave: stop at once when the test is done.
+            "SLUICEGATE_SHUTDOWN_DELAY": "0",
         }
         processes.append(
             subprocess.Popen(

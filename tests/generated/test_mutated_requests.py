@@ -101,6 +101,7 @@ TARGETS = [
     Target("POST", "/admin/v1/keys/missing/rotate", "admin", {"grace_seconds": 60}, False),
     Target("GET", "/admin/v1/usage?team={team}&since=2024-01-01&format=csv", "admin"),
     Target("GET", "/admin/v1/models", "admin"),
+    Target("GET", "/admin/v1/audit?team={team}&since=2024-01-01&limit=5&before=99999999999999-0", "admin"),
     Target("GET", "/metrics", ""),
     Target("GET", "/healthz", ""),
     Target("GET", "/readyz", ""),
