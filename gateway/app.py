@@ -30,7 +30,7 @@ from gateway.admin.models import admin_model_routes
 from gateway.admin.routes import admin_routes
 from gateway.config import ModelTable, Settings
 from gateway.discovery.kubernetes import start_discovery
-from gateway.drain import Drain, DrainMiddleware
+from gateway.drain import Drain
 from gateway.edge import api, openapi, unknown_routes
 from gateway.edge.middleware import RequestContextMiddleware
 from gateway.errors import ErrorCode, GatewayError, from_http_status
@@ -228,8 +228,7 @@ def create_app(
     app = Starlette(
         routes=routes,
         middleware=[
-            Middleware(DrainMiddleware, drain=drain),
-            Middleware(RequestContextMiddleware, metrics=metrics, forwarding=forwarding),
+            Middleware(RequestContextMiddleware, metrics=metrics, drain=drain, forwarding=forwarding),
         ],
         exception_handlers={
             GatewayError: _gateway_error,

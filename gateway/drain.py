@@ -10,17 +10,14 @@
                           flushed and the process exits 0.
     a 2nd signal ──> hurry()   the rest of the delay and of the drain is skipped: cut() at once.
 
-The server side (signals, sockets, waiting) is gateway.edge.server.DrainingServer; the request
-side reads `cutting` when a cancellation reaches it, to tell the drain's cut from anything else.
+The server side (signals, sockets, waiting) is gateway.edge.draining.DrainingServer; the request
+side (the pipeline, the stream relay, and the middleware for every other route) asks `absorbed()`
+when a cancellation reaches it, to tell the drain's cut from anything else.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
-
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import ErrorCode, GatewayError
 
@@ -49,42 +46,13 @@ class Drain:
     def error(self) -> GatewayError:
         return GatewayError(ErrorCode.SHUTTING_DOWN, SHUTTING_DOWN_MESSAGE, headers={"retry-after": "1"})
 
-    @contextlib.contextmanager
-    def absorbing_cut(self) -> Iterator[None]:
-        """Ends the cancellation the cut delivers here, so the task finishes normally (no
-        traceback from the server); any other cancellation goes on."""
-        try:
-            yield
-        except asyncio.CancelledError:
-            if not self.cutting:
-                raise
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-
-
-class DrainMiddleware:
-    """A request the cut reaches before its answer began gets 503 `shutting_down` (in the OpenAI
-    envelope: a dialect that began an answer ends it itself, in its own shape)."""
-
-    def __init__(self, app: ASGIApp, drain: Drain) -> None:
-        self.app = app
-        self.drain = drain
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def watching_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        with self.drain.absorbing_cut():
-            await self.app(scope, receive, watching_send)
-            return
-        if not started:
-            await self.drain.error().response()(scope, receive, send)
+    def absorbed(self) -> bool:
+        """Called where a CancelledError was caught: whether it is the cut's, now ended (the task
+        goes on and finishes normally, so the server logs no traceback). Any other cancellation
+        the caller re-raises."""
+        if not self.cutting:
+            return False
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        return True

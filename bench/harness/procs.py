@@ -275,6 +275,8 @@ def gateway_stack(
             "SLUICEGATE_HOST": "127.0.0.1",
             "SLUICEGATE_PORT": str(port),
             "SLUICEGATE_LOG_LEVEL": "warning",
+            # Nothing routes to it through a Service: no reason to keep serving after SIGTERM.
+            "SLUICEGATE_SHUTDOWN_DELAY": "0",
         }
         # Another checkout's gateway (say, main before a change) against this run's baselines.
         other = os.environ.get("SLUICEGATE_BENCH_GATEWAY_SRC")

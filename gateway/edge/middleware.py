@@ -5,11 +5,13 @@ and ends an API request's SERVER span (gateway/observability/tracing.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.drain import Drain
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observability.logs import Fields, loggable
 from gateway.observability.metrics import UNKNOWN_MODEL, Metrics
@@ -40,9 +42,12 @@ def _hides_a_separator(raw_path: bytes) -> bool:
 
 
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics, forwarding: Forwarding | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, metrics: Metrics, drain: Drain, forwarding: Forwarding | None = None
+    ) -> None:
         self.app = app
         self.metrics = metrics
+        self.drain = drain
         self.forwarding = forwarding or Forwarding()  # who the client is, behind trusted proxies
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -82,6 +87,13 @@ class RequestContextMiddleware:
                 await refusal.response()(scope, receive, send_with_id)
                 return
             await self.app(scope, receive, send_with_id)
+        except asyncio.CancelledError:
+            if not self.drain.absorbed():
+                raise
+            # The drain's cut reached a request before its answer began (the pipeline answers its
+            # own in its API's envelope; this is every other route).
+            if ctx.status == 0:
+                await self.drain.error().response()(scope, receive, send_with_id)
         finally:
             self._finish(scope, ctx)
 

@@ -120,12 +120,14 @@ class Pipeline:
     async def serve(self, dialect: Dialect[Any], scope: Scope, receive: Receive, send: Send) -> None:
         ctx = RequestContext.of(scope)
         ctx.api = dialect.name
-        with self._drain.absorbing_cut():
+        try:
             await self._serve(dialect, ctx, scope, receive, send)
-            return
-        # Cut by the drain before its answer began (a begun stream ends itself in the relay).
-        if ctx.status == 0:
-            await dialect.error_response(self._drain.error())(scope, receive, send)
+        except asyncio.CancelledError:
+            if not self._drain.absorbed():
+                raise
+            # Cut by the drain before its answer began (a begun stream ends itself in the relay).
+            if ctx.status == 0:
+                await dialect.error_response(self._drain.error())(scope, receive, send)
 
     async def _serve(
         self, dialect: Dialect[Any], ctx: RequestContext, scope: Scope, receive: Receive, send: Send

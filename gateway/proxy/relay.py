@@ -92,7 +92,7 @@ class StreamRelay:
         except ClientStalled:
             await self._cut_client(watch)
         except asyncio.CancelledError:
-            if self._drain is not None and self._drain.cutting:
+            if self._drain is not None and self._drain.absorbed():
                 await self._end_for_shutdown(send, watch)
             elif not watch.caught():
                 raise  # someone else's cancellation: not ours to swallow
@@ -111,9 +111,6 @@ class StreamRelay:
         """The drain ran out with this stream open: the client gets its API's error event (and the
         end), and the request is settled with what was relayed."""
         assert self._drain is not None
-        task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()
         self.outcome.error_reason = "shutdown"
         watch.delivered()  # a client that hangs up now has not left early
         failure = self._client.failure(self._drain.error())
