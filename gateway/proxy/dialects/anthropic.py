@@ -98,11 +98,8 @@ class MessagesDialect:
     keepalive: bytes | None = b'event: ping\ndata: {"type": "ping"}\n\n'
 
     def parse(self, raw: bytes, native_models: Collection[str] = ()) -> MessagesCall | NativeCall:
-        if native_models:  # only then is the model looked at before translating
-            payload = native.peek(raw)
-            if payload.get("model") in native_models:
-                return native.messages_call(payload)
-        return MessagesCall(translate(raw))
+        payload = native.for_native(raw, native_models)
+        return MessagesCall(translate(raw)) if payload is None else native.messages_call(payload)
 
     def stream(self, call: MessagesCall | NativeCall, answer_name: str) -> ClientStream:
         if isinstance(call, NativeCall):

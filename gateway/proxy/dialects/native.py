@@ -13,6 +13,7 @@ the output cap; the worker checks the rest, and its refusal reaches the client a
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +125,15 @@ def responses_call(payload: dict[str, Any]) -> NativeCall:
         prompt_estimate=_estimate(payload),
         continues=previous,
     )
+
+
+def for_native(raw: bytes, native_models: Collection[str]) -> dict[str, Any] | None:
+    """The client's body, parsed, when it names a model whose workers serve its API natively;
+    None when it is to be translated. The model is looked at first only if some model is native."""
+    if not native_models:
+        return None
+    payload = peek(raw)
+    return payload if payload.get("model") in native_models else None
 
 
 def peek(raw: bytes) -> dict[str, Any]:

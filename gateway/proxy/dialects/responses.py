@@ -91,11 +91,8 @@ class ResponsesDialect:
     keepalive: bytes | None = None
 
     def parse(self, raw: bytes, native_models: Collection[str] = ()) -> ResponsesCall | NativeCall:
-        if native_models:  # only then is the model looked at before translating
-            payload = native.peek(raw)
-            if payload.get("model") in native_models:
-                return native.responses_call(payload)
-        return shape.parse_call(raw)
+        payload = native.for_native(raw, native_models)
+        return shape.parse_call(raw) if payload is None else native.responses_call(payload)
 
     def stream(self, call: ResponsesCall | NativeCall, answer_name: str) -> ClientStream:
         if isinstance(call, NativeCall):
