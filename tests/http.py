@@ -58,3 +58,16 @@ def get(url: str, *, key: str | None = None, timeout: float = 30) -> Reply:
 
 def sse_data(body: bytes) -> list[bytes]:
     return [block[6:] for block in body.split(b"\n\n") if block.startswith(b"data: ")]
+
+
+def call(
+    method: str, url: str, *, key: str | None = None, body: dict[str, Any] | None = None, timeout: float = 30
+) -> Reply:
+    """Any method, with an optional JSON body."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310
+    if data is not None:
+        request.add_header("content-type", "application/json")
+    if key:
+        request.add_header("authorization", f"Bearer {key}")
+    return _send(request, timeout)

@@ -321,6 +321,11 @@ class RateLimiter:
             self._breaker.trip()
             self._void(team, limits, request_id, reservation)
             return self._unavailable()
+        except asyncio.CancelledError:
+            # Cut (the gateway shutting down) while the script ran: no settlement will follow, so
+            # what it may have charged is given back the same way.
+            self._void(team, limits, request_id, reservation)
+            raise
         states = tuple(
             LimitState(limit, int(reply[2 + i * 3]), float(reply[3 + i * 3]), float(reply[4 + i * 3]))
             for i, limit in enumerate(limits)

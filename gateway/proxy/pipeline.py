@@ -218,7 +218,7 @@ class Pipeline:
         holder = admitted.holder
         if holder is not None:
             pool = self._router.pool(holder.pool)
-            if pool is None:
+            if pool is None or pool.get(holder.endpoint) is None:
                 raise GatewayError(
                     ErrorCode.NOT_FOUND,
                     "The worker that stored the previous response is gone.",

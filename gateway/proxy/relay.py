@@ -43,6 +43,11 @@ STREAM_HEADERS = (
 )
 
 
+# How long a stream cut by the drain may take to write its last event (well inside the server's
+# grace for cut requests, so it is settled before metering is flushed).
+SHUTDOWN_WRITE_S = 1.0
+
+
 class ClientStalled(Exception):
     """The client did not take a write within the idle timeout: it stopped reading."""
 
@@ -92,12 +97,12 @@ class StreamRelay:
         except ClientStalled:
             await self._cut_client(watch)
         except asyncio.CancelledError:
-            if self._drain is not None and self._drain.absorbed():
-                await self._end_for_shutdown(send, watch)
-            elif not watch.caught():
-                raise  # someone else's cancellation: not ours to swallow
-            else:
+            if watch.caught():
                 self.outcome.disconnected = True
+            elif self._drain is not None and self._drain.absorbed():
+                await self._end_for_shutdown(send, watch)
+            else:
+                raise  # someone else's cancellation: not ours to swallow
         except OSError:
             # The client's socket failed under a send: the same as leaving.
             self.outcome.disconnected = True
@@ -114,10 +119,15 @@ class StreamRelay:
         self.outcome.error_reason = "shutdown"
         watch.delivered()  # a client that hangs up now has not left early
         failure = self._client.failure(self._drain.error())
+        # The server gives the cut requests a few seconds (gateway.edge.draining) before metering
+        # is flushed: a client that does not take these writes in time is cut, not waited for.
+        self._idle_timeout_s = min(self._idle_timeout_s, SHUTDOWN_WRITE_S)
         try:
             await self._write(send, {"type": "http.response.body", "body": failure, "more_body": True})
             await self._write(send, {"type": "http.response.body", "body": b"", "more_body": False})
-        except (ClientStalled, OSError):
+        except ClientStalled:
+            await self._cut_client(watch)
+        except OSError:
             self.outcome.disconnected = True
 
     async def _cut_client(self, watch: ClientWatch) -> None:

@@ -183,11 +183,12 @@ class MessagesReader:
             except InvalidUsage:
                 outcome.invalid_usage = True
         elif kind == "message_delta":
-            batch.output = True
             delta = chunk.get("delta")
             reason = delta.get("stop_reason") if isinstance(delta, dict) else None
             if isinstance(reason, str) and reason:
+                # The finish (an empty message_delta repeated would keep nothing alive).
                 outcome.finish_reason = reason
+                batch.output = True
             try:
                 usage = _anthropic_usage(chunk.get("usage"), self._prompt)
             except InvalidUsage:
@@ -235,19 +236,25 @@ def responses_id(response: Any) -> str | None:
 class ResponsesReader:
     """response.created (the id) -> deltas -> response.completed / .incomplete (usage), or
     response.failed / error. Usage comes only at the end: a client that leaves mid-stream is
-    metered with the prompt estimate and the deltas relayed."""
+    metered with the prompt estimate and the deltas relayed. The id is taken from the first
+    event that names one (response.created, or the end for a worker that skips it)."""
 
-    __slots__ = ()
+    __slots__ = ("_named",)
+
+    def __init__(self) -> None:
+        self._named = False
 
     def read(self, chunk: dict[str, Any], outcome: Outcome, batch: Batch) -> None:
         kind = chunk.get("type")
         if kind in _RESPONSES_OUTPUT:
             _generated(outcome)
             batch.output = True
-        elif kind == "response.created":
-            batch.stored_id = responses_id(chunk.get("response"))
-        elif kind in _RESPONSES_END:
-            response = chunk.get("response")
+            return
+        response = chunk.get("response")
+        if not self._named and isinstance(response, dict):
+            batch.stored_id = responses_id(response)
+            self._named = batch.stored_id is not None
+        if kind in _RESPONSES_END:
             response = response if isinstance(response, dict) else {}
             details = response.get("incomplete_details")
             reason = details.get("reason") if isinstance(details, dict) else None
@@ -261,7 +268,6 @@ class ResponsesReader:
                 outcome.usage = batch.usage = usage
         elif kind in ("response.failed", "error"):
             outcome.error_reason = "worker_error_event"
-            response = chunk.get("response")
             error = response.get("error") if isinstance(response, dict) else chunk
             batch.failure = failure_event(error)
             batch.done = batch.output = True
@@ -275,12 +281,9 @@ def _responses_usage(report: Any) -> Usage:
     )
 
 
-_RESPONSES_READER = ResponsesReader()
-
-
 class NativeResponses:
     def reader(self) -> StreamReader:
-        return _RESPONSES_READER  # stateless
+        return ResponsesReader()
 
     def usage(self, answer: dict[str, Any]) -> Usage:
         return _responses_usage(answer.get("usage"))

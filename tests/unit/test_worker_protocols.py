@@ -146,3 +146,14 @@ def test_protocols_default_to_translation() -> None:
     assert native.protocols.native("responses")
     assert not native.protocols.native("messages")
     assert native.tokenize
+
+
+def test_a_response_id_first_named_at_the_end_is_still_remembered_once() -> None:
+    completed = {"type": "response.completed", "response": {"id": "resp_2", "usage": None}}
+    _, batches = _read(wp.RESPONSES, [{"type": "response.in_progress"}, completed, completed])
+    assert [b.stored_id for b in batches] == [None, "resp_2", None]
+
+
+def test_an_empty_message_delta_keeps_nothing_alive() -> None:
+    _, batches = _read(wp.MESSAGES, [MESSAGE_START, {"type": "message_delta", "delta": {}}])
+    assert not batches[1].output

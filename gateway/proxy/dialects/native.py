@@ -110,6 +110,14 @@ def messages_call(payload: dict[str, Any]) -> NativeCall:
 
 def responses_call(payload: dict[str, Any]) -> NativeCall:
     model, stream, cap = _common(payload, "max_output_tokens")
+    if payload.get("background") is not None and payload.get("background") is not False:
+        # Generated after the answer, collected later by GET: nothing the gateway could meter
+        # or hold a concurrency slot for while the tokens are made.
+        raise _field_error(
+            "background",
+            "is not served through this gateway: a response generated in the background could not "
+            "be metered or held to the key's limits; stream it instead",
+        )
     previous = payload.get("previous_response_id")
     if previous is not None and (not isinstance(previous, str) or not RESPONSE_ID_RE.fullmatch(previous)):
         raise _field_error("previous_response_id", "must be a response id")
