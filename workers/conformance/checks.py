@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from workers.conformance import client
-from workers.conformance.client import Reply, Worker
+from workers.conformance.client import NamedStream, Reply, Worker
 from workers.conformance.rules import rule
 
 RUNNING = "vllm:num_requests_running"
@@ -101,3 +101,24 @@ def anthropic_or_openai_error(reply: Reply, context: str, rule_id: str) -> None:
         )
         return
     error_envelope(reply, context, rule_id)
+
+
+def named_event_stream(rule_id: str, stream: NamedStream, where: str) -> None:
+    """The framing Messages and Responses streams share: 200 `text/event-stream` without a
+    content-length, a body that ends properly, and only `event: <type>` + `data: <json>` events."""
+    reply = stream.reply
+    rule(rule_id, reply.status == 200, f"{where}: expected 200, saw {reply.brief()}")
+    content_type = reply.headers.get("content-type", "")
+    rule(
+        rule_id,
+        content_type.split(";")[0].strip() == "text/event-stream" and "content-length" not in reply.headers,
+        f"{where}: expected text/event-stream without content-length, saw {content_type!r}, "
+        f"content-length {reply.headers.get('content-length')!r}",
+    )
+    rule(rule_id, reply.complete, f"{where}: expected the body to end properly, saw: {reply.problem}")
+    rule(
+        rule_id,
+        not stream.framing_problems and not stream.trailing,
+        f"{where}: expected only 'event: <type>\\ndata: <json>\\n\\n' events ending with a blank line, "
+        f"saw: {'; '.join(stream.framing_problems)} trailing {stream.trailing[:80]!r}",
+    )

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from workers.conformance import client
-from workers.conformance.checks import anthropic_or_openai_error, is_int
+from workers.conformance.checks import anthropic_or_openai_error, is_int, named_event_stream
 from workers.conformance.client import JSONObject, NamedStream, Reply, Worker
 from workers.conformance.conftest import SHORT_TOKENS, capability
 from workers.conformance.rules import rule, should
@@ -123,23 +123,9 @@ def test_message_answer(worker: Worker, messages: _Exchanges) -> None:
 
 @pytest.mark.rules("MSG-2")
 def test_message_stream_framing(messages: _Exchanges) -> None:
-    stream, reply = messages.stream(), messages.stream().reply
+    stream = messages.stream()
     where = "a streamed Messages request"
-    rule("MSG-2", reply.status == 200, f"{where}: expected 200, saw {reply.brief()}")
-    content_type = reply.headers.get("content-type", "")
-    rule(
-        "MSG-2",
-        content_type.split(";")[0].strip() == "text/event-stream" and "content-length" not in reply.headers,
-        f"{where}: expected text/event-stream without content-length, saw {content_type!r}, "
-        f"content-length {reply.headers.get('content-length')!r}",
-    )
-    rule("MSG-2", reply.complete, f"{where}: expected the body to end properly, saw: {reply.problem}")
-    rule(
-        "MSG-2",
-        not stream.framing_problems and not stream.trailing,
-        f"{where}: expected only 'event: <type>\\ndata: <json>\\n\\n' events ending with a blank line, "
-        f"saw: {'; '.join(stream.framing_problems)} trailing {stream.trailing[:80]!r}",
-    )
+    named_event_stream("MSG-2", stream, where)
     names = [name for name in stream.names if name != "ping"]
     unknown = sorted(set(names) - set(EVENTS))
     rule("MSG-2", not unknown, f"{where}: expected only the Messages events {EVENTS}, saw {unknown}")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from workers.conformance import client
-from workers.conformance.checks import error_envelope, is_int
+from workers.conformance.checks import error_envelope, is_int, named_event_stream
 from workers.conformance.client import JSONObject, NamedStream, Reply, Worker
 from workers.conformance.conftest import SHORT_TOKENS, capability
 from workers.conformance.rules import rule, should
@@ -169,23 +169,9 @@ def test_response_answer(worker: Worker, responses: _Exchanges) -> None:
 
 @pytest.mark.rules("RSP-2")
 def test_response_stream_framing(responses: _Exchanges) -> None:
-    stream, reply = responses.stream(), responses.stream().reply
+    stream = responses.stream()
     where = "a streamed Responses request"
-    rule("RSP-2", reply.status == 200, f"{where}: expected 200, saw {reply.brief()}")
-    content_type = reply.headers.get("content-type", "")
-    rule(
-        "RSP-2",
-        content_type.split(";")[0].strip() == "text/event-stream" and "content-length" not in reply.headers,
-        f"{where}: expected text/event-stream without content-length, saw {content_type!r}, "
-        f"content-length {reply.headers.get('content-length')!r}",
-    )
-    rule("RSP-2", reply.complete, f"{where}: expected the body to end properly, saw: {reply.problem}")
-    rule(
-        "RSP-2",
-        not stream.framing_problems and not stream.trailing,
-        f"{where}: expected only 'event: <type>\\ndata: <json>\\n\\n' events ending with a blank line, "
-        f"saw: {'; '.join(stream.framing_problems)} trailing {stream.trailing[:80]!r}",
-    )
+    named_event_stream("RSP-2", stream, where)
     numbers: list[Any] = [data.get("sequence_number") for _, data in stream.events]
     rule(
         "RSP-2",
