@@ -11,8 +11,9 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
+# `make demo PORT=8090` picks another port.
 demo: $(BIN)/.installed
-	$(BIN)/sluicegate demo
+	$(BIN)/sluicegate demo $(if $(PORT),--port $(PORT))
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

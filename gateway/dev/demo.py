@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 import socket
 import subprocess
@@ -19,15 +20,23 @@ import uvicorn
 
 from gateway.config import ModelConfig, ModelTable, Settings
 from gateway.dev.embedded_redis import EmbeddedRedis, RedisNotInstalledError
-from gateway.keys.store import KeyStore
+from gateway.errors import ConfigError
+from gateway.keys.store import KeyStore, TeamExistsError
+from gateway.limits.spec import LimitSet
+from gateway.redis.url import validate_redis_url
 
 DEMO_MODEL = "demo-model"
 DEMO_TEAM = "demo"
+# A limit the examples never reach, there so that every answer shows the x-ratelimit-* headers.
+DEMO_RPM = 600
 _HELLO = '[{"role": "user", "content": "Hello!"}]'
 
 
 def _port_is_free(host: str, port: int) -> bool:
+    """Whether the gateway can listen there. SO_REUSEADDR as uvicorn binds with it: connections of
+    a demo stopped a moment ago, still in TIME_WAIT, do not make the port busy."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -74,22 +83,33 @@ async def _create_demo_key(redis_url: str) -> tuple[str, str]:
     redis = Redis.from_url(redis_url)
     try:
         store = KeyStore(redis)
-        await store.create_team(DEMO_TEAM)
-        record, secret = await store.create_key(DEMO_TEAM, name="demo key")
+        with contextlib.suppress(TeamExistsError):  # a Redis of yours, used by a demo before
+            await store.create_team(DEMO_TEAM)
+        record, secret = await store.create_key(DEMO_TEAM, name="demo key", limits=LimitSet(rpm=DEMO_RPM))
         return record.id, secret
     finally:
         await redis.aclose()
 
 
-def _banner(base: str, redis_url: str, worker_url: str, key: str, key_id: str, admin: str) -> str:
+def _cli() -> str:
+    """The admin CLI as this shell can run it: the venv's own script, whether or not it is active."""
+    script = os.path.join(os.path.dirname(sys.executable), "sluicegate")
+    return script if os.path.exists(script) else f"{sys.executable} -m gateway"
+
+
+def _banner(
+    base: str, redis: str, worker_url: str, key: str, key_id: str, admin: str, *, embedded: bool
+) -> str:
+    where = "(embedded, in memory only)" if embedded else "(SLUICEGATE_REDIS_URL)"
+    cli = _cli()
     return f"""
-Sluicegate demo is running (Ctrl-C stops the gateway, the worker and Redis).
+Sluicegate demo is running (Ctrl-C stops the gateway, the worker{" and Redis" if embedded else ""}).
 
   gateway  {base}      metrics: {base}/metrics
-  redis    {redis_url}   (embedded, in memory only)
+  redis    {redis}   {where}
   worker   {worker_url}   (deterministic demo worker serving "{DEMO_MODEL}", alias "default")
   team     {DEMO_TEAM}
-  API key  {key}   (id {key_id})
+  API key  {key}   (id {key_id}; {DEMO_RPM} requests a minute: see the x-ratelimit-* headers)
 
 Try it with curl:
 
@@ -108,8 +128,8 @@ for chunk in stream:
 Admin commands (in another shell):
 
   export SLUICEGATE_URL={base} SLUICEGATE_ADMIN_TOKEN={admin}
-  sluicegate keys create --team {DEMO_TEAM} --rpm 60
-  sluicegate usage --team {DEMO_TEAM}
+  {cli} keys create --team {DEMO_TEAM} --rpm 60
+  {cli} usage --team {DEMO_TEAM}
 """
 
 
@@ -129,28 +149,43 @@ def run_demo(*, host: str, port: int) -> int:
     from gateway.observability.logs import configure_logging
 
     if not _port_is_free(host, port):
-        print(f"error: {host}:{port} is already in use; pass --port to pick another", file=sys.stderr)
+        print(
+            f"error: {host}:{port} is already in use; pass --port (make demo PORT=...) to pick another",
+            file=sys.stderr,
+        )
         return 1
-    try:
-        redis = EmbeddedRedis().start()
-    except RedisNotInstalledError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    own_redis = os.environ.get("SLUICEGATE_REDIS_URL") or None
+    redis: EmbeddedRedis | None = None
+    if own_redis is not None:
+        try:
+            validate_redis_url(own_redis)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        redis_url = own_redis
+    else:
+        try:
+            redis = EmbeddedRedis().start()
+        except RedisNotInstalledError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        redis_url = redis.url
     worker: subprocess.Popen[bytes] | None = None
     try:
         worker_port = EmbeddedRedis().port  # any free loopback port will do
         worker = _start_worker(worker_port)
         worker_url = f"http://127.0.0.1:{worker_port}"
         admin_token = secrets.token_urlsafe(32)
-        settings = Settings(redis_url=redis.url, admin_token=admin_token, host=host, port=port)
+        settings = Settings(redis_url=redis_url, admin_token=admin_token, host=host, port=port)
         table = ModelTable((ModelConfig(name=DEMO_MODEL, aliases=("default",), endpoints=(worker_url,)),))
-        key_id, key = asyncio.run(_create_demo_key(redis.url))
+        key_id, key = asyncio.run(_create_demo_key(redis_url))
         base = f"http://{host}:{port}"
         configure_logging("warning")
         # A newcomer sees each request's access line (status, tokens, the worker that served it)
         # under the banner; the rest of the gateway stays quiet unless something is wrong.
         logging.getLogger("sluicegate.access").setLevel(logging.INFO)
-        banner = _banner(base, redis.url, worker_url, key, key_id, admin_token)
+        shown = redis_url if redis is not None else "redis://…"  # yours may hold a password
+        banner = _banner(base, shown, worker_url, key, key_id, admin_token, embedded=redis is not None)
         server = uvicorn.Server(uvicorn_config(create_app(settings, table), settings, graceful_shutdown_s=5))
         with contextlib.suppress(KeyboardInterrupt):
             # uvicorn re-raises the Ctrl-C it caught once it has shut down; that is our way out.
@@ -162,6 +197,7 @@ def run_demo(*, host: str, port: int) -> int:
                 worker.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 worker.kill()
-        redis.stop()
+        if redis is not None:
+            redis.stop()
         print("sluicegate demo stopped.", flush=True)
     return 0

@@ -3,6 +3,7 @@ that work as printed, and Ctrl-C stops everything. The admin CLI against a real 
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -15,22 +16,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
+from gateway.dev.embedded_redis import EmbeddedRedis
+from gateway.redis import keys
 from tests.conftest import FAKE_MODEL, Gateway
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def demo() -> Iterator[tuple[subprocess.Popen[str], str]]:
-    port = free_port()
+def _start_demo(port: int, **env: str) -> tuple[subprocess.Popen[str], str]:
+    """`sluicegate demo` as a newcomer runs it, and its banner (once it printed the last line)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway", "demo", "--port", str(port)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env={**os.environ, **env},
     )
     assert process.stdout is not None
     lines: list[str] = []
@@ -40,16 +44,32 @@ def demo() -> Iterator[tuple[subprocess.Popen[str], str]]:
         if not line:
             break
         lines.append(line)
-        if line.startswith("  sluicegate usage"):
+        if "usage --team" in line:
             break
-    banner = "".join(lines)
+    return process, "".join(lines)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait(timeout=10)
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+@pytest.fixture
+def demo() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    process, banner = _start_demo(free_port())
     try:
         yield process, banner
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
-        process.stdout.close()
+        _stop(process)
+
+
+def _curl(banner: str) -> list[str]:
+    curl = re.search(r"^  (curl -s .*?)\n\n", banner, re.S | re.M)
+    assert curl is not None, banner
+    return shlex.split(curl.group(1).replace("\\\n", " "))
 
 
 def test_demo_prints_a_working_key_curl_and_sdk_example_and_stops_on_ctrl_c(
@@ -57,10 +77,7 @@ def test_demo_prints_a_working_key_curl_and_sdk_example_and_stops_on_ctrl_c(
 ) -> None:
     process, banner = demo
     assert "API key  sk-sg-" in banner, banner
-    curl = re.search(r"^  (curl -s .*?)\n\n", banner, re.S | re.M)
-    assert curl is not None, banner
-    command = curl.group(1).replace("\\\n", " ")
-    reply = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=30, check=True)
+    reply = subprocess.run(_curl(banner), capture_output=True, text=True, timeout=30, check=True)
     answer = json.loads(reply.stdout)
     assert answer["choices"][0]["message"]["content"].startswith("tok0")
 
@@ -82,6 +99,58 @@ def test_demo_prints_a_working_key_curl_and_sdk_example_and_stops_on_ctrl_c(
     assert process.wait(timeout=15) == 0
     for pid in children:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_demo_starts_again_on_its_port_right_after_ctrl_c_and_its_printed_commands_run(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    process, banner = _start_demo(port)
+    try:
+        # -i: the key's visible limit shows in the headers; the gateway closes this connection
+        # when it stops, which leaves the port's side of it in TIME_WAIT.
+        reply = subprocess.run(["curl", "-i", *_curl(banner)[1:]], capture_output=True, text=True, timeout=30)
+        assert "x-ratelimit-limit-requests: 600" in reply.stdout.lower(), reply.stdout
+        admin = banner[banner.index("Admin commands") :]
+        script = tmp_path / "admin.sh"
+        script.write_text(
+            "set -e\n" + "\n".join(line.strip() for line in admin.splitlines()[1:] if line.strip())
+        )
+        ran = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert ran.returncode == 0, ran.stderr  # as printed, from any directory, venv active or not
+        # A keep-alive connection the demo closes itself when it stops: the port's side of it is
+        # left in TIME_WAIT, which must not make the port look busy to the next start.
+        held = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        held.request("GET", "/healthz")
+        assert held.getresponse().read()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=15) == 0
+        held.close()
+    finally:
+        _stop(process)
+    again, banner = _start_demo(port)
+    try:
+        assert "API key  sk-sg-" in banner, banner
+    finally:
+        _stop(again)
+
+
+def test_demo_uses_the_redis_it_is_given(redis_server: EmbeddedRedis, redis_client: redis.Redis) -> None:
+    for _ in range(2):  # the second run finds the demo team of the first
+        process, banner = _start_demo(free_port(), SLUICEGATE_REDIS_URL=redis_server.url)
+        try:
+            assert "(SLUICEGATE_REDIS_URL)" in banner, banner
+            key_id = re.search(r"\(id (key_\w+);", banner)
+            assert key_id is not None, banner
+            assert redis_client.exists(keys.key_hash_by_id(key_id.group(1)))  # the key is in that Redis
+            children = subprocess.run(
+                ["ps", "-o", "pid=", "--ppid", str(process.pid)], capture_output=True, text=True, check=False
+            ).stdout.split()
+            assert len(children) == 1, "only the demo worker: no Redis of its own"
+            reply = subprocess.run(_curl(banner), capture_output=True, text=True, timeout=30, check=True)
+            assert json.loads(reply.stdout)["choices"][0]["message"]["content"].startswith("tok0")
+        finally:
+            _stop(process)
 
 
 def _cli(gw: Gateway, *args: str) -> subprocess.CompletedProcess[str]:
