@@ -289,7 +289,7 @@ def test_the_demo_shows_access_lines() -> None:
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        banner = _read_until(lines, lambda line: line.startswith("  sluicegate usage"))
+        banner = _read_until(lines, lambda line: "usage --team" in line)
         curl = re.search(r"^  (curl -s .*?)\n\n", banner, re.S | re.M)
         assert curl is not None, banner
         command = curl.group(1).replace("\\\n", " ")
