@@ -50,9 +50,14 @@ def _start_demo(port: int, **env: str) -> tuple[subprocess.Popen[str], str]:
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
+    """Ctrl-C, as a user stops it: a kill would leave its redis-server and worker running."""
     if process.poll() is None:
-        process.kill()
-        process.wait(timeout=10)
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
     if process.stdout is not None:
         process.stdout.close()
 
