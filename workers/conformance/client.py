@@ -14,6 +14,7 @@ import math
 import re
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -352,3 +353,25 @@ def parse_named_stream(reply: Reply) -> NamedStream:
 
 def named_stream_request(worker: Worker, path: str, body: JSONObject, **kwargs: Any) -> NamedStream:
     return parse_named_stream(post(worker, path, body, **kwargs))
+
+
+class Exchanges:
+    """One whole answer and one stream of an API, each asked for once and shared by its checks."""
+
+    def __init__(self, worker: Worker, path: str, body: Callable[..., JSONObject]) -> None:
+        self.worker = worker
+        self._path = path
+        self._body = body
+        self._whole: Reply | None = None
+        self._stream: NamedStream | None = None
+
+    def whole(self) -> Reply:
+        if self._whole is None:
+            self._whole = post(self.worker, self._path, self._body(self.worker.model))
+        return self._whole
+
+    def stream(self) -> NamedStream:
+        if self._stream is None:
+            body = self._body(self.worker.model, stream=True)
+            self._stream = named_stream_request(self.worker, self._path, body)
+        return self._stream

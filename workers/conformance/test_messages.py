@@ -9,7 +9,7 @@ import pytest
 
 from workers.conformance import client
 from workers.conformance.checks import anthropic_or_openai_error, is_int, named_event_stream
-from workers.conformance.client import JSONObject, NamedStream, Reply, Worker
+from workers.conformance.client import JSONObject, Worker
 from workers.conformance.conftest import SHORT_TOKENS, capability
 from workers.conformance.rules import rule, should
 
@@ -38,27 +38,12 @@ def messages_body(model: str, **extra: Any) -> JSONObject:
     }
 
 
-class _Exchanges:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self._whole: Reply | None = None
-        self._stream: NamedStream | None = None
-
-    def whole(self) -> Reply:
-        if self._whole is None:
-            self._whole = client.post(self.worker, MESSAGES_PATH, messages_body(self.worker.model))
-        return self._whole
-
-    def stream(self) -> NamedStream:
-        if self._stream is None:
-            body = messages_body(self.worker.model, stream=True)
-            self._stream = client.named_stream_request(self.worker, MESSAGES_PATH, body)
-        return self._stream
+_Exchanges = client.Exchanges
 
 
 @pytest.fixture(scope="session")
 def _messages(worker: Worker) -> _Exchanges:
-    return _Exchanges(worker)
+    return _Exchanges(worker, MESSAGES_PATH, messages_body)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 
 from workers.conformance import client
 from workers.conformance.checks import error_envelope, is_int, named_event_stream
-from workers.conformance.client import JSONObject, NamedStream, Reply, Worker
+from workers.conformance.client import JSONObject, Worker
 from workers.conformance.conftest import SHORT_TOKENS, capability
 from workers.conformance.rules import rule, should
 
@@ -32,33 +32,17 @@ def responses_body(model: str, **extra: Any) -> JSONObject:
     }
 
 
-class _Exchanges:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self._whole: Reply | None = None
-        self._stream: NamedStream | None = None
-
-    def whole(self) -> Reply:
-        if self._whole is None:
-            self._whole = client.post(self.worker, RESPONSES_PATH, responses_body(self.worker.model))
-        return self._whole
-
+class _Exchanges(client.Exchanges):
     def whole_json(self) -> JSONObject:
         reply = self.whole()
         rule("RSP-1", reply.status == 200, f"expected 200 to a valid Responses request, saw {reply.brief()}")
         body: JSONObject = reply.json()
         return body
 
-    def stream(self) -> NamedStream:
-        if self._stream is None:
-            body = responses_body(self.worker.model, stream=True)
-            self._stream = client.named_stream_request(self.worker, RESPONSES_PATH, body)
-        return self._stream
-
 
 @pytest.fixture(scope="session")
 def _responses(worker: Worker) -> _Exchanges:
-    return _Exchanges(worker)
+    return _Exchanges(worker, RESPONSES_PATH, responses_body)
 
 
 @pytest.fixture
