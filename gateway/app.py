@@ -29,14 +29,17 @@ from gateway.admin.deps import AdminDeps
 from gateway.admin.models import admin_model_routes
 from gateway.admin.routes import admin_routes
 from gateway.config import ModelTable, Settings
+from gateway.console.routes import console_mount
 from gateway.discovery.kubernetes import start_discovery
 from gateway.drain import Drain
 from gateway.edge import api, openapi, unknown_routes
+from gateway.edge.key_info import KeyInfoDeps, key_info
 from gateway.edge.middleware import RequestContextMiddleware
 from gateway.errors import ErrorCode, GatewayError, from_http_status
 from gateway.keys.auth import Authenticator
 from gateway.keys.store import KeyStore
 from gateway.limits.admission import RateLimiter
+from gateway.limits.peek import LimitReader
 from gateway.metering.meter import Meter
 from gateway.metering.spool import Spool
 from gateway.observability.metrics import Metrics
@@ -49,8 +52,10 @@ from gateway.redis.breaker import RedisBreaker
 from gateway.redis.client import connect_redis
 from gateway.redis.health import watch_redis
 from gateway.routing.monitor import Monitor
+from gateway.routing.prefix_share import PrefixShare
 from gateway.routing.router import Router
 from gateway.routing.stored_responses import StoredResponses
+from gateway.routing.vtc import FairShareStore
 
 log = logging.getLogger("sluicegate.app")
 
@@ -103,7 +108,7 @@ def create_app(
     keeps it as `app.state.drain`."""
     drain = drain or Drain()
     metrics = Metrics(registry)
-    router = Router(table, metrics, rng=rng)
+    router = Router(table, metrics, rng=rng, prefix_index_blocks=settings.prefix_index_blocks)
     forwarding = Forwarding(trusted_networks(settings.trusted_proxies))
 
     @contextlib.asynccontextmanager
@@ -149,9 +154,28 @@ def create_app(
             settings=settings, keystore=keystore, auth=auth, meter=meter, router=router, audit=audit
         )
         invalidations = asyncio.ensure_future(auth.follow_invalidations(redis))
+        # Token fair share: every replica charges and reads the same counters (routing/vtc.py),
+        # over connections of its own, so its batches never hold one the request path waits for.
+        share_redis = connect_redis(settings)
+        router.attach_fair_share(
+            FairShareStore(share_redis, breaker, metrics, timeout_s=settings.redis_timeout_s)
+        )
         # Confirms discovered endpoints, probes /health, scrapes load: stopped before the session.
         monitor = Monitor(router, session)
         monitor.start()
+        prefix_share = None
+        if settings.prefix_share_interval_s > 0:
+            prefix_share = PrefixShare(
+                redis,
+                router.prefix_index,
+                metrics,
+                interval_s=settings.prefix_share_interval_s,
+                timeout_s=settings.redis_timeout_s,
+                active=router.has_prefix_pools,
+                endpoints=router.prefix_endpoints,
+            )
+            router.prefix_sink = prefix_share.note
+            prefix_share.start()
         # Pools from Kubernetes fill in the background; None when the table names no Service.
         discovery = await start_discovery(settings, table, router)
         if discovery is None:
@@ -168,6 +192,12 @@ def create_app(
                 "auth": auth,
                 "router": router,
                 "redis": redis,
+                "key_info": KeyInfoDeps(
+                    auth,
+                    LimitReader(redis, timeout_s=settings.redis_timeout_s),
+                    meter,
+                    timeout_s=settings.redis_timeout_s,
+                ),
                 "stored": stored,
                 "upstream": upstream,
                 "tracing": tracing,
@@ -176,6 +206,11 @@ def create_app(
             if discovery is not None:
                 await discovery.stop()
             await monitor.stop()
+            await asyncio.gather(*router.attach_fair_share(None), return_exceptions=True)
+            await share_redis.aclose(close_connection_pool=True)
+            if prefix_share is not None:
+                router.prefix_sink = None
+                await prefix_share.stop()
             for task in (invalidations, redis_watch):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -218,8 +253,11 @@ def create_app(
         Route("/v1/models", api.list_models, methods=["GET"]),
         # `:path`: model names may hold a `/` (`meta-llama/Llama-3-8B`)
         Route("/v1/models/{model:path}", api.retrieve_model, methods=["GET"]),
+        Route("/v1/key/info", key_info, methods=["GET"]),
         *admin_routes(),
         *admin_model_routes(),
+        # The web admin console under /admin/ui/ (gateway/console/): the same store and rules.
+        console_mount(settings),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),

@@ -108,6 +108,12 @@ class Settings:
     stored_response_ttl_s: float = 7 * 24 * 3600.0
     # The admin audit log keeps about this many entries, oldest out first (gateway/admin/audit.py).
     audit_max_entries: int = 100_000
+    # A web console sign-in lasts this long (gateway/console/session.py); SLUICEGATE_CONSOLE_SESSION_TTL.
+    console_session_ttl_s: float = 8 * 3600.0
+    # prefix_affinity's index of which endpoint served which prompt block (gateway/routing/prefix.py)
+    # holds at most this many blocks; replicas share it through Redis every interval (0: not shared).
+    prefix_index_blocks: int = 200_000
+    prefix_share_interval_s: float = 0.05
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -188,6 +194,13 @@ class Settings:
                 "SLUICEGATE_STORED_RESPONSE_TTL", defaults.stored_response_ttl_s, float
             ),
             audit_max_entries=number("SLUICEGATE_AUDIT_MAX_ENTRIES", defaults.audit_max_entries, int),
+            console_session_ttl_s=number(
+                "SLUICEGATE_CONSOLE_SESSION_TTL", defaults.console_session_ttl_s, float
+            ),
+            prefix_index_blocks=number("SLUICEGATE_PREFIX_INDEX_BLOCKS", defaults.prefix_index_blocks, int),
+            prefix_share_interval_s=number(
+                "SLUICEGATE_PREFIX_SHARE_INTERVAL", defaults.prefix_share_interval_s, float, zero=True
+            ),
             trusted_proxies=_trusted_proxies(env.get("SLUICEGATE_TRUSTED_PROXIES") or ""),
             kubernetes_model_namespaces=parse_model_namespaces(
                 env.get("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES") or ""

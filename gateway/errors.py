@@ -8,7 +8,7 @@
         404 model_not_found, not_found, team_not_found, key_not_found
         405 method_not_allowed
         408 request_timeout           (the request body did not arrive in time)
-        409 team_exists
+        409 team_exists, key_revoked (an admin change to a key that is already revoked)
         413 request_too_large
         429 rate_limit_exceeded, insufficient_quota (a token budget is spent),
             admin_throttled (too many wrong admin tokens from one address)
@@ -56,6 +56,7 @@ class ErrorCode(enum.Enum):
     METHOD_NOT_ALLOWED = ("method_not_allowed", 405, "invalid_request_error")
     REQUEST_TIMEOUT = ("request_timeout", 408, "invalid_request_error")
     TEAM_EXISTS = ("team_exists", 409, "invalid_request_error")
+    KEY_REVOKED = ("key_revoked", 409, "invalid_request_error")
     REQUEST_TOO_LARGE = ("request_too_large", 413, "invalid_request_error")
     HEADERS_TOO_LARGE = ("headers_too_large", 431, "invalid_request_error")
     RATE_LIMIT_EXCEEDED = ("rate_limit_exceeded", 429, "rate_limit_error")

@@ -23,7 +23,8 @@ MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 _K8S_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _PORT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?$")
 
-POLICY_NAMES = ("least_outstanding", "least_loaded", "session_affinity")
+FAIRNESS_MODES = ("tokens", "requests")
+POLICY_NAMES = ("least_outstanding", "least_loaded", "session_affinity", "prefix_affinity")
 # How a model's workers take each client API besides OpenAI's own: translated to the chat contract
 # (every worker), or forwarded as it is to workers that serve it themselves (vLLM does both).
 TRANSLATE, NATIVE = "translate", "native"
@@ -66,6 +67,18 @@ class PoolConfig:
 
 
 @dataclass(frozen=True)
+class PrefixConfig:
+    """prefix_affinity's settings (gateway/routing/prefix.py; README "Prefix-cache routing")."""
+
+    # Bytes of rendered prompt per hashed block: ~4 bytes a token, so 512 is ~128 tokens.
+    block_bytes: int = 512
+    # How much more loaded (scraped waiting x4 + running + KV use, plus this replica's in-flight)
+    # than the least loaded endpoint the best-cached one may be and still get the request.
+    # Measured default: the sweep in bench/prefix_routing_bench.py.
+    max_extra_load: float = 8.0
+
+
+@dataclass(frozen=True)
 class RoutingConfig:
     policy: str = "least_outstanding"
     # Past this many requests in flight on an endpoint (from this replica), requests wait in the
@@ -73,6 +86,11 @@ class RoutingConfig:
     max_inflight_per_endpoint: int = 256
     max_queue: int = 1024
     max_queue_wait: float = 30.0
+    prefix: PrefixConfig = field(default_factory=PrefixConfig)
+    # How a saturated pool's queue shares it between teams: "tokens", by weighted tokens served
+    # with counters shared by every replica (gateway/routing/vtc.py), or "requests", by request
+    # count per replica (gateway/routing/fairqueue.py). README "Fair share".
+    fairness: str = "tokens"
 
 
 @dataclass(frozen=True)
@@ -366,7 +384,9 @@ def _parse_timeouts(raw: Any, where: str) -> Timeouts:
 
 def _parse_routing(raw: Any, where: str) -> RoutingConfig:
     _require_mapping(
-        raw, where, allowed={"policy", "max_inflight_per_endpoint", "max_queue", "max_queue_wait"}
+        raw,
+        where,
+        allowed={"policy", "max_inflight_per_endpoint", "max_queue", "max_queue_wait", "prefix", "fairness"},
     )
     values: dict[str, Any] = {}
     if "policy" in raw:
@@ -378,7 +398,25 @@ def _parse_routing(raw: Any, where: str) -> RoutingConfig:
             values[key] = _number(raw[key], f"{where}.{key}", whole=True)
     if "max_queue_wait" in raw:
         values["max_queue_wait"] = _number(raw["max_queue_wait"], f"{where}.max_queue_wait")
+    if "prefix" in raw:
+        values["prefix"] = _parse_prefix(raw["prefix"], f"{where}.prefix")
+    if "fairness" in raw:
+        if raw["fairness"] not in FAIRNESS_MODES:
+            raise ConfigError(f"{where}.fairness: expected one of {', '.join(FAIRNESS_MODES)}")
+        values["fairness"] = raw["fairness"]
     return RoutingConfig(**values)
+
+
+def _parse_prefix(raw: Any, where: str) -> PrefixConfig:
+    _require_mapping(raw, where, allowed={"block_bytes", "max_extra_load"})
+    values: dict[str, Any] = {}
+    if "block_bytes" in raw:
+        values["block_bytes"] = _number(raw["block_bytes"], f"{where}.block_bytes", whole=True)
+        if not 16 <= values["block_bytes"] <= 65536:
+            raise ConfigError(f"{where}.block_bytes: must be from 16 to 65536")
+    if "max_extra_load" in raw:
+        values["max_extra_load"] = _number(raw["max_extra_load"], f"{where}.max_extra_load")
+    return PrefixConfig(**values)
 
 
 _WHOLE_HEALTH_FIELDS = frozenset({"failures_to_eject", "teams_to_eject"})

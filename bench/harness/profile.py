@@ -124,7 +124,7 @@ def _frame_function(frame: str) -> str:
     return f"{frame[:at]} ({_frame_module(frame)})" if at >= 0 else frame
 
 
-_ENTRY_MODULES = ("gateway/cli.py", "gateway/__main__.py")
+_ENTRY_MODULES = ("gateway/cli.py", "gateway/cli/serving.py", "gateway/__main__.py")
 # (label, package anywhere on the stack) first, then (label, package of the leaf frame).
 _STACK_COMPONENTS = (
     ("Redis calls via redis-py (rate limit, metering, key lookup)", "redis"),

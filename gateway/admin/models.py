@@ -20,6 +20,7 @@ from gateway.admin.deps import AdminDeps
 from gateway.admin.routes import guarded
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.pool import Pool
+from gateway.routing.router import Router
 
 
 def _endpoint(endpoint: Endpoint, now: float) -> dict[str, Any]:
@@ -56,18 +57,23 @@ def _pool(pool: Pool, now: float) -> dict[str, Any]:
     }
 
 
-async def list_models(request: Request, deps: AdminDeps) -> Response:
+def snapshot(router: Router) -> list[dict[str, Any]]:
+    """Every model as this endpoint shows it; the web console's Models page draws the same."""
     # The routing clock is time.monotonic (gateway.routing.router's default).
     now = time.monotonic()
-    data = [
+    return [
         {
             "name": route.model.name,
             "aliases": list(route.model.aliases),
             "fallbacks": list(route.model.fallbacks),
             "pools": [_pool(pool, now) for pool in route.pools],
         }
-        for route in deps.router.models()
+        for route in router.models()
     ]
+
+
+async def list_models(request: Request, deps: AdminDeps) -> Response:
+    data = snapshot(deps.router)
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
 

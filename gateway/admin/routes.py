@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import csv
-import datetime as dt
 import hashlib
 import hmac
 import io
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -24,11 +22,12 @@ from starlette.types import Message, Receive
 
 from gateway.admin import audit
 from gateway.admin.deps import AdminDeps
-from gateway.config import MODEL_NAME_RE
+from gateway.admin.validation import expiry, limit_changes, model_names, query_date, team_name
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.auth import bearer_token
-from gateway.keys.store import TEAM_NAME_RE, TeamNotFoundError
+from gateway.keys.store import KEEP, KeyRecord, TeamNotFoundError
 from gateway.limits.spec import LimitSet, parse_limits
+from gateway.metering import usage_report
 from gateway.observability.logs import loggable
 from gateway.proxy.pipeline import read_body
 
@@ -123,61 +122,88 @@ async def _json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _team_name(value: Any, param: str = "team") -> str:
-    if not isinstance(value, str) or not TEAM_NAME_RE.fullmatch(value):
-        raise GatewayError(
-            ErrorCode.INVALID_REQUEST,
-            f"'{param}' must be 1-63 characters of lowercase letters, digits, '-' and '_', "
-            "starting with a letter or digit.",
-            param=param,
-        )
-    return value
-
-
 def _journal(request: Request, deps: AdminDeps) -> audit.PeerJournal:
     """The audit log, for a change this request makes: the address is the one the throttle
     counts (the peer, or behind a trusted proxy the nearest untrusted X-Forwarded-For hop)."""
     return deps.audit.by(deps.throttle.address(request.scope))
 
 
+def _canonical(deps: AdminDeps) -> dict[str, str]:
+    """Each name and alias the router serves now -> its model's name. A key or limit for any
+    other is a typo; one given by alias is stored by name, which is what requests are checked by."""
+    return {
+        name: route.model.name
+        for route in deps.router.models()
+        for name in (route.model.name, *route.model.aliases)
+    }
+
+
+def _models(value: Any, deps: AdminDeps) -> list[str] | None:
+    names = _canonical(deps)
+    checked = model_names(value, "models", names)
+    return None if checked is None else list(dict.fromkeys(names[m] for m in checked))
+
+
+def _checked_model_limits(limits: LimitSet, deps: AdminDeps) -> LimitSet:
+    if not limits.per_model:
+        return limits
+    names = _canonical(deps)
+    model_names(sorted(limits.per_model), "model_limits", names)
+    return replace(limits, per_model={names[m]: own for m, own in limits.per_model.items()})
+
+
 async def create_team(request: Request, deps: AdminDeps) -> Response:
     body = await _json_body(request)
-    name = _team_name(body.get("name"), "name")
-    limits = parse_limits(body, budgets=True)
+    name = team_name(body.get("name"), "name")
+    limits = _checked_model_limits(parse_limits(body, budgets=True), deps)
     team = await deps.keystore.create_team(name, limits, journal=_journal(request, deps))
     return _json(team, 201)
 
 
-def _changes(body: dict[str, Any], *, budgets: bool) -> tuple[LimitSet, set[str]]:
-    """New limit values, and the names to remove: `{"clear": ["tpm", ...]}`."""
-    cleared = body.get("clear", [])
-    if not isinstance(cleared, list) or not all(isinstance(c, str) for c in cleared):
-        raise GatewayError(ErrorCode.INVALID_REQUEST, "'clear' must be a list of limit names.", param="clear")
-    return parse_limits(body, budgets=budgets), set(cleared)
+async def get_team(request: Request, deps: AdminDeps) -> Response:
+    team = await deps.keystore.team(team_name(request.path_params["team"], "team"))
+    keys = await deps.keystore.list_keys(str(team["name"]))
+    now = time.time()
+    active = sum(1 for k in keys if k.refusal(now) is None)
+    return _json({**team, "keys": len(keys), "active_keys": active})
 
 
 async def update_team(request: Request, deps: AdminDeps) -> Response:
-    name = _team_name(request.path_params["team"], "team")
-    changes, cleared = _changes(await _json_body(request), budgets=True)
+    name = team_name(request.path_params["team"], "team")
+    changes, cleared = limit_changes(await _json_body(request), budgets=True)
+    changes = _checked_model_limits(changes, deps)
     limits = await deps.keystore.update_team(name, changes, cleared, journal=_journal(request, deps))
     deps.auth.forget(f"team:{name}")
     return _json({"name": name, "limits": limits.as_dict()})
 
 
+async def delete_team(request: Request, deps: AdminDeps) -> Response:
+    name = team_name(request.path_params["team"], "team")
+    revoked = await deps.keystore.delete_team(name, journal=_journal(request, deps), forget=deps.auth.forget)
+    return _json({"name": name, "deleted": True, "revoked_keys": revoked})
+
+
 async def update_key(request: Request, deps: AdminDeps) -> Response:
     key_id = request.path_params["key_id"]
-    changes, cleared = _changes(await _json_body(request), budgets=False)
-    record = await deps.keystore.update_key(key_id, changes, cleared, journal=_journal(request, deps))
+    body = await _json_body(request)
+    changes, cleared = limit_changes(body, budgets=False)
+    changes = _checked_model_limits(changes, deps)
+    # Present and null means "every model" / "never expires"; absent means unchanged.
+    models = _models(body["models"], deps) if "models" in body else KEEP
+    expires_at = expiry(body["expires_at"]) if "expires_at" in body else KEEP
+    record = await deps.keystore.update_key(
+        key_id, changes, cleared, models=models, expires_at=expires_at, journal=_journal(request, deps)
+    )
     return _json(record.public())
 
 
 async def list_teams(request: Request, deps: AdminDeps) -> Response:
-    return _json({"object": "list", "data": [{"name": t} for t in await deps.keystore.list_teams()]})
+    return _json({"object": "list", "data": await deps.keystore.teams()})
 
 
 async def create_key(request: Request, deps: AdminDeps) -> Response:
     body = await _json_body(request)
-    team = _team_name(body.get("team"))
+    team = team_name(body.get("team"))
     name = body.get("name", "")
     if not isinstance(name, str) or len(name) > 200:
         raise GatewayError(
@@ -185,19 +211,9 @@ async def create_key(request: Request, deps: AdminDeps) -> Response:
             "'name' must be a string of at most 200 characters.",
             param="name",
         )
-    models = body.get("models")
-    if models is not None and (
-        not isinstance(models, list)
-        or not models
-        or not all(isinstance(m, str) and MODEL_NAME_RE.fullmatch(m) for m in models)
-    ):
-        raise GatewayError(
-            ErrorCode.INVALID_REQUEST,
-            "'models' must be a non-empty list of model names.",
-            param="models",
-        )
-    limits = parse_limits(body, budgets=False)
-    expires_at = _expiry(body.get("expires_at"))
+    models = _models(body.get("models"), deps)
+    limits = _checked_model_limits(parse_limits(body, budgets=False), deps)
+    expires_at = expiry(body.get("expires_at"))
     record, secret = await deps.keystore.create_key(
         team,
         name=name,
@@ -209,38 +225,30 @@ async def create_key(request: Request, deps: AdminDeps) -> Response:
     return _json({**record.public(), "key": secret}, 201)
 
 
-def _expiry(value: Any) -> float | None:
-    """`expires_at`: Unix seconds, or an ISO 8601 date or time (UTC unless it says otherwise), in
-    the future: a time already past would only make a key that never works."""
-    if value is None:
-        return None
-    when: float | None = None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        when = float(value)
-    elif isinstance(value, str):
-        with contextlib.suppress(ValueError, OverflowError):
-            parsed = dt.datetime.fromisoformat(value)
-            when = (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)).timestamp()
-    if when is None or not math.isfinite(when):
-        raise GatewayError(
-            ErrorCode.INVALID_REQUEST,
-            "'expires_at' must be Unix seconds or an ISO 8601 date/time such as 2026-12-31T00:00:00Z.",
-            param="expires_at",
-        )
-    if when <= time.time():
-        raise GatewayError(
-            ErrorCode.INVALID_REQUEST,
-            "'expires_at' is in the past: a key must expire in the future.",
-            param="expires_at",
-        )
-    return when
+async def get_key(request: Request, deps: AdminDeps) -> Response:
+    return _json((await deps.keystore.key(request.path_params["key_id"])).public())
+
+
+def _flag(request: Request, name: str) -> bool:
+    value = request.query_params.get(name, "false").lower()
+    if value not in ("true", "false", "1", "0"):
+        raise GatewayError(ErrorCode.INVALID_REQUEST, f"'{name}' must be true or false.", param=name)
+    return value in ("true", "1")
 
 
 async def list_keys(request: Request, deps: AdminDeps) -> Response:
-    team = _team_name(request.query_params.get("team"))
-    if not await deps.keystore.team_exists(team):
-        raise TeamNotFoundError(team)
-    keys = await deps.keystore.list_keys(team)
+    """Every key, or with `team` one team's; with `active=true` only keys that work now."""
+    team = request.query_params.get("team")
+    keys: list[KeyRecord]
+    if team is None:
+        keys = await deps.keystore.list_all_keys()
+    else:
+        if not await deps.keystore.team_exists(team_name(team)):
+            raise TeamNotFoundError(team)
+        keys = await deps.keystore.list_keys(team)
+    if _flag(request, "active"):
+        now = time.time()
+        keys = [k for k in keys if k.refusal(now) is None]
     return _json({"object": "list", "data": [k.public() for k in keys]})
 
 
@@ -265,35 +273,45 @@ async def rotate_key(request: Request, deps: AdminDeps) -> Response:
     return _json({**record.public(), "key": secret})
 
 
-def _date(request: Request, name: str) -> dt.date | None:
-    value = request.query_params.get(name)
-    if not value:
-        return None
-    try:
-        return dt.date.fromisoformat(value)
-    except ValueError:
-        raise GatewayError(
-            ErrorCode.INVALID_REQUEST, f"'{name}' must be a date as YYYY-MM-DD.", param=name
-        ) from None
-
-
 async def usage(request: Request, deps: AdminDeps) -> Response:
-    team = request.query_params.get("team")
-    teams = [_team_name(team)] if team else await deps.keystore.list_teams()
-    rows = await deps.meter.report(teams, _date(request, "since"), _date(request, "until"))
+    """Rows per team, key, model, api and day (or grouped by one of them with `group_by`), with
+    their totals; `format=csv` gives the same columns as CSV (gateway/metering/usage_report.py)."""
+    query = request.query_params
+    team = query.get("team")
+    since = query_date(request.query_params.get("since"), "since")
+    until = query_date(request.query_params.get("until"), "until")
+    if since is not None and until is not None and since > until:
+        raise GatewayError(ErrorCode.INVALID_REQUEST, "'since' is after 'until'.", param="since")
+    group_by = query.get("group_by")
+    if group_by is not None and group_by not in usage_report.GROUP_BYS:
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST,
+            f"'group_by' must be one of {', '.join(usage_report.GROUP_BYS)}.",
+            param="group_by",
+        )
+    output = "csv" if query.get("format") == "csv" else "json"
+    teams = [team_name(team)] if team else await deps.keystore.list_teams()
+    rows = await deps.meter.report(teams, since, until)
     # `api` is a row's client API (chat, messages, …); rows written before usage had it show null.
     for name, column in (("key", "key_id"), ("model", "model"), ("api", "api")):
-        wanted = request.query_params.get(name)
+        wanted = query.get(name)
         if wanted:
             rows = [r for r in rows if r[column] == wanted]
-    if request.query_params.get("format") == "csv":
+    rows = usage_report.group(rows, group_by) if group_by else [usage_report.ordered(r) for r in rows]
+    if output == "csv":
         out = io.StringIO()
-        if rows:
-            writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        writer = csv.DictWriter(out, fieldnames=usage_report.COLUMNS)
+        writer.writeheader()
+        writer.writerows({k: usage_report.csv_cell(v) for k, v in row.items()} for row in rows)
         return Response(out.getvalue(), media_type="text/csv")
-    return _json({"object": "list", "data": rows})
+    return _json(
+        {
+            "object": "list",
+            "columns": usage_report.COLUMNS,
+            "data": rows,
+            "totals": usage_report.totals(rows),
+        }
+    )
 
 
 async def audit_log(request: Request, deps: AdminDeps) -> Response:
@@ -302,7 +320,7 @@ async def audit_log(request: Request, deps: AdminDeps) -> Response:
     query = request.query_params
     team = query.get("team")
     entries, more = await deps.audit.entries(
-        team=_team_name(team) if team else None,
+        team=team_name(team) if team else None,
         since_ms=audit.parse_since(query.get("since")),
         before=audit.parse_before(query.get("before")),
         limit=audit.parse_limit(query.get("limit")),
@@ -315,9 +333,9 @@ def admin_routes() -> list[Route]:
     # path matches, so split Routes would name only their own methods in `Allow`.
     return [
         _route("/admin/v1/teams", POST=create_team, GET=list_teams),
-        _route("/admin/v1/teams/{team}", PATCH=update_team),
+        _route("/admin/v1/teams/{team}", GET=get_team, PATCH=update_team, DELETE=delete_team),
         _route("/admin/v1/keys", POST=create_key, GET=list_keys),
-        _route("/admin/v1/keys/{key_id}", DELETE=revoke_key, PATCH=update_key),
+        _route("/admin/v1/keys/{key_id}", GET=get_key, DELETE=revoke_key, PATCH=update_key),
         _route("/admin/v1/keys/{key_id}/rotate", POST=rotate_key),
         _route("/admin/v1/usage", GET=usage),
         _route("/admin/v1/audit", GET=audit_log),

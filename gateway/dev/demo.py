@@ -106,6 +106,7 @@ def _banner(
 Sluicegate demo is running (Ctrl-C stops the gateway, the worker{" and Redis" if embedded else ""}).
 
   gateway  {base}      metrics: {base}/metrics
+  console  {base}/admin/ui/   (sign in with the admin token: {admin})
   redis    {redis}   {where}
   worker   {worker_url}   (deterministic demo worker serving "{DEMO_MODEL}", alias "default")
   team     {DEMO_TEAM}

@@ -157,8 +157,9 @@ def date() -> Schema:
     return {"type": "string", "pattern": r"^(\d{4}-\d{2}-\d{2})?$"}
 
 
-def limits(*, budgets: bool, per_model: bool = True) -> Schema:
-    """gateway.limits.spec.parse_limits; unknown fields are ignored."""
+def limits(*, budgets: bool, weight: bool | None = None, per_model: bool = True) -> Schema:
+    """gateway.limits.spec.parse_limits; unknown fields are ignored. Teams have budgets and a
+    weight, keys budgets only (`weight=False`), per-model limits neither."""
     properties: Schema = {
         "rpm": _int(1, "Requests per minute."),
         "tpm": _int(1, "Tokens per minute."),
@@ -168,8 +169,12 @@ def limits(*, budgets: bool, per_model: bool = True) -> Schema:
     if budgets:
         properties["daily_tokens"] = _int(1, "Token budget per UTC calendar day.")
         properties["monthly_tokens"] = _int(1, "Token budget per UTC calendar month.")
+    if budgets if weight is None else weight:
         properties["weight"] = _int(1, "The team's share of a saturated pool's queue (default 1).")
     if per_model:
+        properties["priority"] = _int(
+            1, "Band in a saturated pool, 1 (lowest) to 9 (default 5); served first when higher.", maximum=9
+        )
         properties["model_limits"] = nullable(
             {
                 "type": "object",
@@ -199,25 +204,39 @@ def team_update() -> Schema:
     return _with(limits(budgets=True), [], clear=_clear())
 
 
-def key_update() -> Schema:
-    return _with(limits(budgets=False), [], clear=_clear())
-
-
-def key_create() -> Schema:
-    expires = {
+def _expires() -> Schema:
+    return {
         "anyOf": [
             {"type": "number", "exclusiveMinimum": 0, "description": "Unix seconds, in the future."},
             {"type": "string", "description": "ISO 8601 date or time (UTC unless it says), in the future."},
         ]
     }
-    models = {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": MODEL_NAME_RE.pattern}}
+
+
+def _models() -> Schema:
+    """Names (or aliases) of models the gateway serves; null: every model."""
+    return {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": MODEL_NAME_RE.pattern}}
+
+
+def key_update() -> Schema:
+    """Absent fields stay as they are; `models: null` is every model, `expires_at: null` never."""
     return _with(
-        limits(budgets=False),
+        limits(budgets=True, weight=False),
+        [],
+        clear=_clear(),
+        models=nullable(_models()),
+        expires_at=nullable(_expires()),
+    )
+
+
+def key_create() -> Schema:
+    return _with(
+        limits(budgets=True, weight=False),
         ["team"],
         team=team_name(),
         name={"type": "string", "maxLength": 200},
-        models=nullable(models),
-        expires_at=nullable(expires),
+        models=nullable(_models()),
+        expires_at=nullable(_expires()),
     )
 
 
@@ -247,6 +266,7 @@ def key_record() -> Schema:
             "revoked_at": nullable({"type": "number"}),
             "revoked": {"type": "boolean"},
             "expires_at": nullable({"type": "number"}),
+            "last_used_at": nullable({"type": "number", "description": "Its last finished request."}),
             "key": {"type": "string", "description": "The secret: only on creation and rotation."},
         },
     }

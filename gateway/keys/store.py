@@ -7,6 +7,7 @@ sg:key:<sha256>          HASH  the key record (id, team, name, models, limits (J
                                created_at, revoked_at, expires_at)
 sg:keyid:<id>            STR   sha256 of the key's current secret, to find the record by id
 sg:keyid:<id>:retired    SET   hashes of secrets a rotation replaced (alive until their grace ends)
+sg:{t:<team>}:last-used  HASH  key id -> when it was last used (written by settle.lua, read here)
 
 Every change to what a secret may do (revoke, rotate, new limits) is published on
 `sg:keys:invalidate` (the secret's hash, or `team:<name>` for a team's limits), so every replica
@@ -18,142 +19,64 @@ queued in the change's own MULTI/EXEC: both land or neither does.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import math
-import re
 import secrets
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Protocol, cast
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import cast
 
-import orjson
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.typing import EncodableT, FieldT
 
-from gateway.errors import ErrorCode, GatewayError
+from gateway.keys import deletion
+from gateway.keys.record import (
+    KEY_ID_RE,
+    KEY_PREFIX,
+    SECRET_RE,
+    TEAM_FIELDS,
+    TEAM_NAME_RE,
+    Journal,
+    KeyNotFoundError,
+    KeyRecord,
+    KeyRevokedError,
+    TeamExistsError,
+    TeamNotFoundError,
+    team_view,
+)
 from gateway.limits.spec import NO_LIMITS, LimitSet
 from gateway.redis import keys as redis_keys
 
-# Check with fullmatch: `.match` stops at `$`, which also matches before a trailing newline. The
-# anchors stay for the OpenAPI schema, whose patterns are unanchored searches.
-TEAM_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-# What create_key makes. Checked before an id reaches Redis, so no client-chosen id can name a
-# Redis key of another type (`<id>:retired` is a set).
-KEY_ID_RE = re.compile(r"key_[0-9a-f]{16}")
-KEY_PREFIX = "sk-sg-"
-SECRET_RE = re.compile(re.escape(KEY_PREFIX) + r"[A-Za-z0-9_-]{8,}")
+__all__ = [
+    "KEEP",
+    "KEY_ID_RE",
+    "KEY_PREFIX",
+    "SECRET_RE",
+    "TEAM_NAME_RE",
+    "Journal",
+    "KeyNotFoundError",
+    "KeyRecord",
+    "KeyRevokedError",
+    "KeyStore",
+    "TeamExistsError",
+    "TeamNotFoundError",
+    "hash_secret",
+]
+
 # A retired secret's record outlives its grace by this much, so late requests still get a clear
 # "expired" instead of "invalid".
 _RETIRED_RECORD_SLACK_S = 24 * 3600
 
 
-class Journal(Protocol):
-    """Where a change is written down, on the change's own transaction (`pipe`, after MULTI):
-    `before` and `after` are the public values of what changed, never a secret or its hash."""
-
-    def write(
-        self,
-        pipe: Pipeline,
-        action: str,
-        *,
-        team: str,
-        key_id: str | None = None,
-        before: Mapping[str, Any],
-        after: Mapping[str, Any],
-    ) -> None: ...
+class _Keep(enum.Enum):
+    KEEP = "keep"
 
 
-class TeamExistsError(GatewayError):
-    def __init__(self, name: str) -> None:
-        super().__init__(ErrorCode.TEAM_EXISTS, f"The team '{name}' already exists.", param="name")
-
-
-class TeamNotFoundError(GatewayError):
-    def __init__(self, name: str) -> None:
-        super().__init__(ErrorCode.TEAM_NOT_FOUND, f"The team '{name}' does not exist.", param="team")
-
-
-class KeyNotFoundError(GatewayError):
-    def __init__(self, key_id: str) -> None:
-        if KEY_ID_RE.fullmatch(key_id):
-            message = f"No key has the id '{key_id}'."
-        else:
-            # Not echoed: it is not an id, and might be something the caller should not paste.
-            message = "No key has the id you gave: key ids look like key_0123456789abcdef."
-        super().__init__(ErrorCode.KEY_NOT_FOUND, message, param="key_id")
-
-
-@dataclass(frozen=True, slots=True)
-class KeyRecord:
-    id: str
-    team: str
-    name: str
-    models: frozenset[str] | None  # None: every model
-    limits: LimitSet
-    created_at: float
-    revoked_at: float | None
-    expires_at: float | None = None
-
-    @property
-    def revoked(self) -> bool:
-        return self.revoked_at is not None
-
-    def refusal(self, now: float) -> str | None:
-        """Why this secret may not be used at `now` (Unix time), or None."""
-        if self.revoked:
-            return f"API key {self.id} has been revoked."
-        if self.expires_at is not None and now >= self.expires_at:
-            return f"API key {self.id} has expired."
-        return None
-
-    def may_use(self, model: str) -> bool:
-        return self.models is None or model in self.models
-
-    def public(self) -> dict[str, object]:
-        """What the admin API shows: never the secret, never its hash."""
-        return {
-            "id": self.id,
-            "team": self.team,
-            "name": self.name,
-            "models": sorted(self.models) if self.models is not None else None,
-            "rpm": self.limits.rpm,
-            "limits": self.limits.as_dict(),
-            "created_at": self.created_at,
-            "revoked_at": self.revoked_at,
-            "revoked": self.revoked,
-            "expires_at": self.expires_at,
-        }
-
-    @classmethod
-    def from_hash(cls, raw: Mapping[Any, Any]) -> KeyRecord:
-        models = orjson.loads(raw[b"models"]) if raw.get(b"models") else None
-        revoked_at = raw.get(b"revoked_at")
-        expires_at = raw.get(b"expires_at")
-        return cls(
-            id=raw[b"id"].decode(),
-            team=raw[b"team"].decode(),
-            name=raw.get(b"name", b"").decode(),
-            models=frozenset(models) if models is not None else None,
-            limits=LimitSet.from_json(raw.get(b"limits")),
-            created_at=float(raw[b"created_at"]),
-            revoked_at=float(revoked_at) if revoked_at else None,
-            expires_at=float(expires_at) if expires_at else None,
-        )
-
-    def fields(self) -> dict[FieldT, EncodableT]:
-        fields: dict[FieldT, EncodableT] = {
-            "id": self.id,
-            "team": self.team,
-            "name": self.name,
-            "models": orjson.dumps(sorted(self.models)) if self.models is not None else b"",
-            "limits": self.limits.to_json(),
-            "created_at": repr(self.created_at),
-        }
-        if self.expires_at is not None:
-            fields["expires_at"] = repr(self.expires_at)
-        return fields
+# update_key's default for `models` and `expires_at`: leave as they are (None means "every model"
+# and "never", so it cannot be the default).
+KEEP = _Keep.KEEP
 
 
 def hash_secret(secret: str) -> str:
@@ -217,8 +140,17 @@ class KeyStore:
         return cast(LimitSet, await self._redis.transaction(update, record, value_from_callable=True))
 
     async def update_key(
-        self, key_id: str, changes: LimitSet, cleared: set[str], *, journal: Journal | None = None
+        self,
+        key_id: str,
+        changes: LimitSet,
+        cleared: set[str],
+        *,
+        models: Sequence[str] | _Keep | None = KEEP,
+        expires_at: float | _Keep | None = KEEP,
+        journal: Journal | None = None,
     ) -> KeyRecord:
+        """New limits, and optionally new models (None: every model) and expiry (None: never). A
+        revoked key cannot change: it would read as if it could be used again."""
         if not KEY_ID_RE.fullmatch(key_id):
             raise KeyNotFoundError(key_id)
         pointer = redis_keys.key_hash_by_id(key_id)
@@ -236,9 +168,17 @@ class KeyStore:
             if not raw:
                 raise KeyNotFoundError(key_id)
             record = KeyRecord.from_hash(raw)
+            if record.revoked:
+                raise KeyRevokedError(key_id)
             updated = replace(record, limits=record.limits.merged(changes, cleared))
+            if not isinstance(models, _Keep):
+                updated = replace(updated, models=frozenset(models) if models is not None else None)
+            if not isinstance(expires_at, _Keep):
+                updated = replace(updated, expires_at=expires_at)
             pipe.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
-            pipe.hset(stored, "limits", updated.limits.to_json())
+            pipe.hset(stored, mapping=updated.fields())
+            if updated.expires_at is None:
+                pipe.hdel(stored, "expires_at")
             pipe.publish(redis_keys.KEY_INVALIDATIONS, secret_hash)
             if journal is not None:
                 journal.write(
@@ -246,12 +186,37 @@ class KeyStore:
                     "key.updated",
                     team=record.team,
                     key_id=key_id,
-                    before=record.limits.as_dict(),
-                    after=updated.limits.as_dict(),
+                    before=record.changeable(),
+                    after=updated.changeable(),
                 )
             return updated
 
         return cast(KeyRecord, await self._redis.transaction(update, pointer, value_from_callable=True))
+
+    async def team(self, name: str) -> dict[str, object]:
+        """The team's name, created_at and limits (as the admin API shows them)."""
+        raw = await self._redis.hmget(redis_keys.team(name), TEAM_FIELDS)
+        if not raw[0]:
+            raise TeamNotFoundError(name)
+        return team_view(name, raw)
+
+    async def teams(self) -> list[dict[str, object]]:
+        """Every team as `team` shows it, in two round trips."""
+        names = await self.list_teams()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.hmget(redis_keys.team(name), TEAM_FIELDS)
+            raws = await pipe.execute()
+        # A team deleted between the two reads is left out, not shown half.
+        return [team_view(name, raw) for name, raw in zip(names, raws, strict=True) if raw[0]]
+
+    async def delete_team(
+        self, name: str, *, journal: Journal | None, forget: Callable[[str], None] | None = None
+    ) -> list[str]:
+        """Revokes every key of the team and removes it: see gateway/keys/deletion.py."""
+        return await deletion.delete_team(
+            self._redis, name, journal=journal, forget=forget, keep_s=_RETIRED_RECORD_SLACK_S
+        )
 
     async def team_exists(self, name: str) -> bool:
         return bool(await self._redis.sismember(redis_keys.TEAMS, name))
@@ -270,8 +235,6 @@ class KeyStore:
         journal: Journal | None = None,
     ) -> tuple[KeyRecord, str]:
         """Returns the record and the secret; the secret is not stored and cannot be shown again."""
-        if not await self.team_exists(team):
-            raise TeamNotFoundError(team)
         record = KeyRecord(
             id="key_" + secrets.token_hex(8),
             team=team,
@@ -283,19 +246,21 @@ class KeyStore:
             expires_at=expires_at,
         )
         secret, secret_hash = _new_secret()
-        async with self._redis.pipeline(transaction=True) as pipe:
+
+        async def create(pipe: Pipeline) -> None:
+            # Under WATCH of the team's record and key set: a team deleted meanwhile either sees
+            # this key (and revokes it) or makes this creation retry and find no team.
+            if not await pipe.exists(redis_keys.team(team)):
+                raise TeamNotFoundError(team)
+            pipe.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
             pipe.hset(redis_keys.key_by_hash(secret_hash), mapping=record.fields())
             pipe.set(redis_keys.key_hash_by_id(record.id), secret_hash)
             pipe.sadd(redis_keys.team_keys(team), record.id)
             if journal is not None:
-                after = {
-                    "name": record.name,
-                    "models": sorted(record.models) if record.models is not None else None,
-                    "expires_at": record.expires_at,
-                    **record.limits.as_dict(),
-                }
+                after = {"name": record.name, **record.changeable()}
                 journal.write(pipe, "key.created", team=team, key_id=record.id, before={}, after=after)
-            await pipe.execute()
+
+        await self._redis.transaction(create, redis_keys.team(team), redis_keys.team_keys(team))
         return record, secret
 
     async def rotate(
@@ -348,7 +313,21 @@ class KeyStore:
         return KeyRecord.from_hash(raw) if raw else None
 
     async def list_keys(self, team: str) -> list[KeyRecord]:
-        ids = sorted(redis_keys.as_text(m) for m in await self._redis.smembers(redis_keys.team_keys(team)))
+        members = await self._redis.smembers(redis_keys.team_keys(team))
+        return await self._records(sorted(redis_keys.as_text(m) for m in members))
+
+    async def list_all_keys(self) -> list[KeyRecord]:
+        """Every key of every team, by team then creation time: three round trips in all."""
+        teams = await self.list_teams()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for team in teams:
+                pipe.smembers(redis_keys.team_keys(team))
+            sets = await pipe.execute()
+        ids = sorted(redis_keys.as_text(m) for members in sets for m in members)
+        records = await self._records(ids)
+        return sorted(records, key=lambda r: (r.team, r.created_at))
+
+    async def _records(self, ids: list[str]) -> list[KeyRecord]:
         if not ids:
             return []
         hashes = await self._redis.mget([redis_keys.key_hash_by_id(i) for i in ids])
@@ -357,8 +336,29 @@ class KeyStore:
                 if secret_hash:
                     pipe.hgetall(redis_keys.key_by_hash(redis_keys.as_text(secret_hash)))
             raws = await pipe.execute()
-        records = [KeyRecord.from_hash(raw) for raw in raws if raw]
+        records = await self._with_last_use([KeyRecord.from_hash(raw) for raw in raws if raw])
         return sorted(records, key=lambda r: r.created_at)
+
+    async def _with_last_use(self, records: list[KeyRecord]) -> list[KeyRecord]:
+        """The records with `last_used_at` filled in: one more round trip, for all their teams."""
+        if not records:
+            return records
+        teams = sorted({r.team for r in records})
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for team in teams:
+                pipe.hgetall(redis_keys.key_last_used(team))
+            raws = await pipe.execute()
+        used = {
+            (team, redis_keys.as_text(k)): float(v)
+            for team, raw in zip(teams, raws, strict=True)
+            for k, v in raw.items()
+        }
+        return [replace(r, last_used_at=used.get((r.team, r.id))) for r in records]
+
+    async def key(self, key_id: str) -> KeyRecord:
+        """The key's current record, with when it was last used; KeyNotFoundError if none."""
+        _, record = await self._current(key_id)
+        return (await self._with_last_use([record]))[0]
 
     async def revoke(self, key_id: str, *, journal: Journal | None = None) -> tuple[KeyRecord, list[str]]:
         """Marks the key, and every secret a rotation left alive, revoked; returns the record and

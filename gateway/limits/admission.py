@@ -1,6 +1,6 @@
 """Admission: every limit of a request (requests, tokens and concurrency per key, team and model,
-and team token budgets) checked and charged by one Lua script (gateway/redis/lua/admit.lua) in one
-Redis round trip; settled with the real usage by gateway/redis/lua/settle.lua when the request ends.
+and team and key token budgets) checked and charged by one Lua script (gateway/redis/lua/admit.lua)
+in one Redis round trip; settled with the real usage by gateway/redis/lua/settle.lua when the request ends.
 
 A limit of N per minute allows a burst of N and then one unit per 60/N s (GCRA, the smooth
 equivalent of a sliding window). Token limits and budgets charge a reservation at admission (the
@@ -57,6 +57,8 @@ class Limit:
     counts: TokenCount = TokenCount.TOTAL  # which tokens a TOKENS limit counts
     period_s: float = 60.0  # BUDGET: seconds until the period ends
     scope: str = "key"  # whose limit: "key" or "team" (`scope` on sluicegate_rate_limited_total)
+    name: str = ""  # the LimitSet field it comes from (rpm, tpm, max_concurrency, daily_tokens, ...)
+    model: str | None = None  # set for a per-model limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +168,7 @@ def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> li
         if subject is None:
             continue
         label = f"{who}" + (f" on model {model}" if where else "")
+        only = model if where else None
         key = f"{scope}{where}"
         if subject.rpm:
             out.append(
@@ -175,6 +178,8 @@ def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> li
                     subject.rpm,
                     f"{label} requests per minute",
                     scope=whose,
+                    name="rpm",
+                    model=only,
                 )
             )
         if subject.tpm:
@@ -186,6 +191,8 @@ def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> li
                     f"{label} tokens per minute",
                     counts=TokenCount(subject.tpm_counts),
                     scope=whose,
+                    name="tpm",
+                    model=only,
                 )
             )
         if subject.max_concurrency:
@@ -196,6 +203,8 @@ def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> li
                     subject.max_concurrency,
                     f"{label} concurrent requests",
                     scope=whose,
+                    name="max_concurrency",
+                    model=only,
                 )
             )
     return out
@@ -207,33 +216,45 @@ def plan(
     """Every limit one request of `key_id` (of `team`) to `model` must pass."""
     limits = _scoped(key_limits, f"key:{key_id}", f"key {key_id}", model, team)
     limits += _scoped(team_limits, "team", f"team {team}", model, team)
-    if team_limits.daily_tokens:
+    limits += budgets(key_limits, f"key:{key_id}:", f"key {key_id}", team, now)
+    limits += budgets(team_limits, "", f"team {team}", team, now)
+    return limits
+
+
+def budgets(limits: LimitSet, prefix: str, who: str, team: str, now: dt.datetime) -> list[Limit]:
+    """The daily and monthly token budgets of a team (`prefix` "") or of a key in it (`key:<id>:`):
+    one counter per UTC period, so a new period starts at zero without anyone resetting it."""
+    out: list[Limit] = []
+    scope = "key" if prefix else "team"
+    if limits.daily_tokens:
         tomorrow = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
-        limits.append(
+        out.append(
             Limit(
                 LimitKind.BUDGET,
-                redis_keys.rate_limit(team, f"budget:d:{now.date().isoformat()}"),
-                team_limits.daily_tokens,
-                f"team {team} daily tokens",
+                redis_keys.rate_limit(team, f"{prefix}budget:d:{now.date().isoformat()}"),
+                limits.daily_tokens,
+                f"{who} daily tokens",
                 period_s=(tomorrow - now).total_seconds(),
-                scope="team",
+                scope=scope,
+                name="daily_tokens",
             )
         )
-    if team_limits.monthly_tokens:
+    if limits.monthly_tokens:
         first = now.date().replace(day=1)
         next_month = (first + dt.timedelta(days=32)).replace(day=1)
         end = dt.datetime.combine(next_month, dt.time(), dt.UTC)
-        limits.append(
+        out.append(
             Limit(
                 LimitKind.BUDGET,
-                redis_keys.rate_limit(team, f"budget:m:{first:%Y-%m}"),
-                team_limits.monthly_tokens,
-                f"team {team} monthly tokens",
+                redis_keys.rate_limit(team, f"{prefix}budget:m:{first:%Y-%m}"),
+                limits.monthly_tokens,
+                f"{who} monthly tokens",
                 period_s=(end - now).total_seconds(),
-                scope="team",
+                scope=scope,
+                name="monthly_tokens",
             )
         )
-    return limits
+    return out
 
 
 class Compensator(Protocol):

@@ -26,6 +26,12 @@ TOKEN_COUNTS = tuple(TokenCount)
 _RATE_FIELDS = ("rpm", "tpm", "max_concurrency")
 # Team-only fields: budgets, and the team's weight in a saturated pool's fair queue (default 1).
 _BUDGET_FIELDS = ("daily_tokens", "monthly_tokens", "weight")
+# A key may have token budgets of its own (inside its team's), but no weight: the fair queue is
+# between teams. Per-model limits have neither.
+_KEY_BUDGET_FIELDS = ("daily_tokens", "monthly_tokens")
+# Teams and keys, not per model; a small range of its own (checked by _priority).
+_SHARE_FIELDS = ("priority",)
+PRIORITY_RANGE = (1, 9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +40,12 @@ class LimitSet:
     tpm: int | None = None
     max_concurrency: int | None = None
     tpm_counts: TokenCount = TokenCount.TOTAL
-    daily_tokens: int | None = None  # teams only, UTC calendar day
-    monthly_tokens: int | None = None  # teams only, UTC calendar month
+    daily_tokens: int | None = None  # teams and keys (not per model), UTC calendar day
+    monthly_tokens: int | None = None  # teams and keys (not per model), UTC calendar month
     weight: int | None = None  # teams only: share of a saturated pool relative to other teams
+    # Teams and keys (not per model): the priority band in a saturated pool, 1 (lowest) to 9,
+    # default 5; a higher band is served first (gateway/routing/share.py).
+    priority: int | None = None
     per_model: Mapping[str, LimitSet] = field(default_factory=dict)
 
     @property
@@ -52,7 +61,9 @@ class LimitSet:
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            name: getattr(self, name) for name in (*_RATE_FIELDS, *_BUDGET_FIELDS) if getattr(self, name)
+            name: getattr(self, name)
+            for name in (*_RATE_FIELDS, *_BUDGET_FIELDS, *_SHARE_FIELDS)
+            if getattr(self, name)
         }
         if self.tpm is not None and self.tpm_counts != "total":
             out["tpm_counts"] = self.tpm_counts
@@ -69,15 +80,21 @@ class LimitSet:
 
     def merged(self, changes: LimitSet, cleared: set[str]) -> LimitSet:
         """These limits with `changes` applied; names in `cleared` are removed."""
-        values = {name: getattr(self, name) for name in (*_RATE_FIELDS, *_BUDGET_FIELDS, "tpm_counts")}
-        for name in (*_RATE_FIELDS, *_BUDGET_FIELDS):
+        names = (*_RATE_FIELDS, *_BUDGET_FIELDS, *_SHARE_FIELDS)
+        values = {name: getattr(self, name) for name in (*names, "tpm_counts")}
+        for name in names:
             if getattr(changes, name) is not None:
                 values[name] = getattr(changes, name)
             if name in cleared:
                 values[name] = None
         if changes.tpm is not None:
             values["tpm_counts"] = changes.tpm_counts
-        per_model = {**self.per_model, **changes.per_model}
+        # `model_limits` in `cleared` removes every model's limits, `model_limits.<model>` one's.
+        per_model = {
+            model: limits
+            for model, limits in {**self.per_model, **changes.per_model}.items()
+            if "model_limits" not in cleared and f"model_limits.{model}" not in cleared
+        }
         return LimitSet(**values, per_model=per_model)
 
 
@@ -96,12 +113,25 @@ def _positive_int(value: Any, param: str) -> int:
     return value
 
 
+def _priority(value: Any) -> int:
+    low, high = PRIORITY_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        why = f"'priority' must be an integer from {low} to {high}."
+        raise GatewayError(ErrorCode.INVALID_REQUEST, why, param="priority")
+    return value
+
+
 def parse_limits(body: Mapping[str, Any], *, budgets: bool, where: str = "") -> LimitSet:
-    """The limit fields of an admin request body (unknown fields are the caller's business)."""
+    """The limit fields of an admin request body (unknown fields are the caller's business):
+    `budgets` for a team's (budgets and weight); otherwise a key's (budgets), or with `where` a
+    model's (neither)."""
     values: dict[str, Any] = {}
-    for name in (*_RATE_FIELDS, *(_BUDGET_FIELDS if budgets else ())):
+    extra = _BUDGET_FIELDS if budgets else () if where else _KEY_BUDGET_FIELDS
+    for name in (*_RATE_FIELDS, *extra):
         if body.get(name) is not None:
             values[name] = _positive_int(body[name], where + name)
+    if not where and body.get("priority") is not None:
+        values["priority"] = _priority(body["priority"])
     counts = body.get("tpm_counts", "total")
     if counts not in TOKEN_COUNTS:
         raise GatewayError(

@@ -4,6 +4,7 @@ request.
     sg:{t:<team>}:usage:<YYYY-MM-DD>   HASH  "<key_id>|<model>|<api>|<counter>" -> integer
     sg:{t:<team>}:usage-days           SET   days that have usage
     sg:{t:<team>}:req:<request_id>     STR   marker that makes a retried write count once
+    sg:{t:<team>}:last-used            HASH  key id -> Unix seconds of its last finished request
 
 Counters: requests, prompt_tokens, completion_tokens, errors, disconnects. The api (`chat`,
 `completions`, `embeddings`, `messages`, `responses`) is a field of the same hash, so the keys did
@@ -42,6 +43,7 @@ def _keys(usage: UsageRecord) -> list[str]:
         redis_keys.usage_day(usage.team, usage.day),
         redis_keys.usage_days(usage.team),
         redis_keys.admission_marker(usage.team, usage.request_id),
+        redis_keys.key_last_used(usage.team),
         *(key for key, _, _ in usage.settlements),
     ]
 

@@ -235,6 +235,54 @@ class Metrics:
             ["pool", "reason"],
             registry=r,
         )
+        self._fair_share_metrics(r)
+        self.prefix_routing = Counter(
+            "sluicegate_prefix_routing_total",
+            "prefix_affinity decisions: hit (an endpoint with the longest cached prefix), miss (none "
+            "had any; least_loaded), saturated (the cached one was too loaded; least_loaded).",
+            ["pool", "outcome"],
+            registry=r,
+        )
+        self.prefix_index_blocks = Gauge(
+            "sluicegate_prefix_index_blocks",
+            "Prompt blocks in this replica's prefix index (bounded by SLUICEGATE_PREFIX_INDEX_BLOCKS).",
+            registry=r,
+        )
+        self.prefix_share_failures = Counter(
+            "sluicegate_prefix_share_failures_total",
+            "Prefix index syncs with Redis that failed (routing goes on with the local index).",
+            registry=r,
+        )
+
+    def _fair_share_metrics(self, r: CollectorRegistry) -> None:
+        # Team labels, as sluicegate_requests_total has: teams are created by an admin, so bounded.
+        self.fair_share_service = Gauge(
+            "sluicegate_fair_share_service_tokens",
+            "A waiting team's weighted service in the pool's token fair share, (input + 2 x output "
+            "tokens) / team weight, as this replica last read it from the shared counters.",
+            ["pool", "team"],
+            registry=r,
+        )
+        self.fair_share_backlog = Gauge(
+            "sluicegate_fair_share_backlog",
+            "Requests of the team waiting in this replica's queue for the pool (tokens fairness).",
+            ["pool", "team"],
+            registry=r,
+        )
+        self.fair_share_jain = Gauge(
+            "sluicegate_fair_share_jain_index",
+            "Jain's fairness index of the weighted service the waiting teams got over the pool's last "
+            "512 settled requests on this replica: 1 is an even split by weight, 1/n one team taking all.",
+            ["pool"],
+            registry=r,
+        )
+        self.fair_share_fallbacks = Counter(
+            "sluicegate_fair_share_fallbacks_total",
+            "Fair-share decisions (op=pick) or counter updates (op=update) made without Redis, which was "
+            "unreachable or slow: the pool went on with this replica's own counters.",
+            ["pool", "op"],
+            registry=r,
+        )
 
     def child(self, metric: MetricT, *labels: str) -> MetricT:
         """`metric.labels(*labels)`, remembered: prometheus_client checks and locks on every

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,9 +41,12 @@ from gateway.proxy.upstream import Upstream, UpstreamResponse
 from gateway.proxy.usage import InvalidUsage
 from gateway.proxy.worker_errors import sanitised, worker_failure
 from gateway.proxy.worker_protocols import CHAT
+from gateway.routing import share
 from gateway.routing.policy import RouteRequest
 from gateway.routing.pool import Pool
+from gateway.routing.prefix import body_blocks
 from gateway.routing.router import ModelRoute, Router
+from gateway.routing.share import ShareTicket
 from gateway.routing.stored_responses import Holder, StoredResponses
 
 _MAX_ANSWER_BYTES = 64 * 1024 * 1024
@@ -141,7 +144,12 @@ class Pipeline:
             ctx.status, ctx.outcome = CLIENT_CLOSED, "disconnected"  # left while sending its body
             return
         settlement = Settlement(
-            ctx, admitted.admission, admitted.call.estimated_prompt_tokens(), self._metrics, self._meter
+            ctx,
+            admitted.admission,
+            admitted.call.estimated_prompt_tokens(),
+            self._metrics,
+            self._meter,
+            share=self._share_ticket(admitted, scope),
         )
         try:
             await self._answer(dialect, admitted, settlement, scope, receive, send)
@@ -193,6 +201,19 @@ class Pipeline:
                 raise error
         return Admitted(call, principal, requested, admission, holder)
 
+    def _share_ticket(self, admitted: Admitted, scope: Scope) -> ShareTicket:
+        """The request's weight in a saturated pool's token fair share, from its estimate."""
+        team, key = admitted.principal.team_limits, admitted.principal.key.limits
+        estimate = admitted.call.reservation(self._settings.default_max_tokens)
+        priority = share.band(key.priority, team.priority, _header(scope, share.PRIORITY_HEADER))
+        return ShareTicket.estimated(
+            admitted.principal.key.team,
+            team.share_weight,
+            priority,
+            estimate.prompt_tokens,
+            estimate.completion_tokens,
+        )
+
     async def _holder(self, response_id: str | None, team: str, model: str) -> Holder | None:
         """The endpoint holding the response a request continues. Another team's response is a
         404 like one that never existed: a key learns nothing about other teams' ids."""
@@ -243,6 +264,8 @@ class Pipeline:
         ctx, outcome = settlement.ctx, settlement.outcome
         loop = asyncio.get_running_loop()
         head_deadline = loop.time() + (model.timeouts.first_token if call.stream else model.timeouts.total)
+        plan = self._plan(admitted, dialect.name)
+        blocks, block_bytes = _prompt_blocks(call, plan)
         route = RouteRequest(
             model=model.name,
             user=call.user,
@@ -250,13 +273,16 @@ class Pipeline:
             team=ctx.team,
             share_weight=admitted.principal.team_limits.share_weight,
             pinned=None if admitted.holder is None else admitted.holder.endpoint,
+            share=settlement.share,
+            blocks=blocks,
+            block_bytes=block_bytes,
         )
         # One watch for the queue, the worker's head and a whole answer's body: a client that
         # leaves during any of them frees the worker (a stream's relay watches on its own).
         watch = ClientWatch(receive)
         try:
             upstream = await self._upstream.open(
-                self._plan(admitted, dialect.name),
+                plan,
                 call.worker_path,
                 lambda pool: call.worker_body(pool.wire_model, continuous_usage=pool.model.continuous_usage),
                 self._forwarding.worker_headers(scope, ctx),
@@ -370,6 +396,17 @@ class Pipeline:
                 upstream.release()
             else:
                 upstream.close()
+
+
+def _prompt_blocks(call: Call, plan: Sequence[Pool]) -> tuple[tuple[bytes, ...], int]:
+    """The prompt's block hashes and their size, once per request, when a pool it may go to is
+    routed by prefix (the first such: a fallback model's pools too, and those of another block
+    size ignore them): from the body the worker gets, so hashed as the worker will see it."""
+    for pool in plan:
+        if pool.prefix is not None:
+            body = call.worker_body(pool.wire_model, continuous_usage=False)
+            return body_blocks(body, pool.prefix.block_bytes), pool.prefix.block_bytes
+    return (), 0
 
 
 def _header(scope: Scope, name: str) -> str | None:

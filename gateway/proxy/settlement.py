@@ -19,6 +19,7 @@ from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
 from gateway.proxy.context import RequestContext
 from gateway.proxy.usage import Usage
+from gateway.routing.share import ShareTicket
 
 
 class Ending(enum.Enum):
@@ -63,6 +64,8 @@ class Settlement:
     metrics: Metrics
     meter: Submitter
     outcome: Outcome = field(default_factory=Outcome)
+    # The request's token fair-share charges, corrected here to what it used.
+    share: ShareTicket | None = None
     _finished: bool = False
 
     def __post_init__(self) -> None:
@@ -136,3 +139,14 @@ class Settlement:
                 api=ctx.api,
             )
         )
+        if self.share is None:
+            return
+        # After the usage record: its write to Redis (which frees the request's limits) goes
+        # first; the fair-share correction is batched behind it.
+        timed_out = out.error_reason == "upstream_timeout" or any(
+            reason == "timeout" for _, reason in out.attempt_failures
+        )
+        if out.failed and timed_out and not (prompt or completion):
+            self.share.keep()  # it held the engine to the deadline: billed nothing, not free
+        else:
+            self.share.settle(prompt, completion)

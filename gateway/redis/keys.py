@@ -58,6 +58,12 @@ def usage_days(team: str) -> str:
     return f"{PREFIX}:{team_tag(team)}:usage-days"
 
 
+def key_last_used(team: str) -> str:
+    """HASH key id -> Unix seconds of its last finished request, written by settle.lua in the
+    write that meters the request (so tracking it costs no round trip of its own)."""
+    return f"{PREFIX}:{team_tag(team)}:last-used"
+
+
 def as_text(value: bytes | str) -> str:
     """Replies come back as bytes (the client does not decode, to keep hot paths cheap)."""
     return value.decode() if isinstance(value, bytes) else value
@@ -73,3 +79,27 @@ def audit_log() -> str:
     """The admin audit log (gateway/admin/audit.py): one stream, written by XADD inside the key
     store's MULTI/EXEC and read by XREVRANGE; no script touches it, so it needs no hash tag."""
     return f"{PREFIX}:audit"
+
+
+def console_flash(flash_id: str) -> str:
+    """A key's new secret, waiting for the one console page that shows it (read with GETDEL)."""
+    return f"{PREFIX}:console:flash:{flash_id}"
+
+
+def console_signed_out(session_id: str) -> str:
+    """A console session signed out before its cookie expires: refused until then."""
+    return f"{PREFIX}:console:signed-out:{session_id}"
+
+
+def fair_share(pool: str) -> tuple[str, str, str]:
+    """One pool's fair-share counters (gateway/redis/lua/vtc.lua): the counters, the active teams
+    and the floor. Whatever the pool's name holds, the three differ only after it, so they always
+    share one hash tag, the `{vtc:<pool>` part."""
+    base = f"{PREFIX}:{{vtc:{pool}}}"
+    return f"{base}:counters", f"{base}:active", f"{base}:floor"
+
+
+def prefix_log() -> str:
+    """The stream through which replicas share their prefix-routing index
+    (gateway/routing/prefix_share.py): one key, its own hash tag."""
+    return f"{PREFIX}:{{prefix}}:log"

@@ -1,4 +1,5 @@
-"""Weighted fair queue for requests waiting on a saturated endpoint pool.
+"""Weighted fair queue by request count for requests waiting on a saturated endpoint pool, per
+replica: a model's `fairness: requests` (the default, `tokens`, is tokenqueue.py and vtc.py).
 
 Order across teams is virtual-time fair queuing: a waiter of team t with weight w gets
 ``start = max(virtual_time, last_tag[t])`` and ``finish = start + 1/w``; ``offer()`` serves the

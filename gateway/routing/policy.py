@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from gateway.routing.share import ShareTicket
 
 _MASK64 = (1 << 64) - 1
 
@@ -40,6 +43,17 @@ class EndpointView(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class CachedPrefix:
+    """What prefix_affinity reads (gateway.routing.prefix fills it in right before the policy):
+    the candidate URLs that recently served the longest prefix of the request's prompt any of
+    them served, with its length in blocks (empty: none served any), and how much more loaded
+    than the least loaded candidate such a one may be and still be chosen."""
+
+    lengths: Mapping[str, int]
+    max_extra_load: float
+
+
+@dataclass(frozen=True, slots=True)
 class RouteRequest:
     model: str
     user: str | None = None
@@ -48,6 +62,16 @@ class RouteRequest:
     share_weight: int = 1
     # The endpoint URL that must serve the request (it holds state the request continues).
     pinned: str | None = None
+    # The prompt's block hashes (gateway.routing.prefix.block_hashes), computed once per request
+    # for prefix-routed models; empty for the others.
+    blocks: tuple[bytes, ...] = ()
+    # The block size `blocks` were cut at (prefix.DEFAULT_BLOCK_BYTES unless said): a pool routed
+    # by prefix with another size ignores them.
+    block_bytes: int = 512
+    cached: CachedPrefix | None = None
+    # Its place in a token fair-share queue (gateway.routing.share): charged at each dispatch,
+    # corrected at settlement. None: a default ticket of the team's weight.
+    share: ShareTicket | None = None
 
     @property
     def affinity_key(self) -> str | None:
@@ -135,10 +159,41 @@ def session_affinity(
     return best
 
 
+def prefix_affinity(
+    candidates: Sequence[EndpointView], request: RouteRequest, rng: random.Random
+) -> EndpointView:
+    """The endpoint whose engine most likely holds the longest prefix of this prompt in its KV
+    cache (least_loaded among equals), unless its estimated load is more than
+    `max_extra_load` above the least loaded candidate's: then the least loaded one, whose
+    engine computes the prompt from scratch sooner than the busy one would reach it. A request
+    with no cached prefix anywhere is least_loaded itself, the same draws from `rng` included."""
+    cached = request.cached
+    lengths = cached.lengths if cached is not None else None
+    if not lengths:
+        return least_loaded(candidates, request, rng)
+    longest = 0
+    for candidate in candidates:
+        length = lengths.get(candidate.url, 0)
+        if length > longest:
+            longest = length
+    if longest == 0 or cached is None:
+        return least_loaded(candidates, request, rng)
+    holders = [c for c in candidates if lengths.get(c.url, 0) == longest]
+    sticky = holders[0] if len(holders) == 1 else least_loaded(holders, request, rng)
+    if len(holders) == len(candidates):
+        return sticky
+    least = least_loaded(candidates, request, rng)
+    sticky_load = sticky.load_base + sticky.inflight
+    if sticky_load - (least.load_base + least.inflight) > cached.max_extra_load:
+        return least
+    return sticky
+
+
 POLICIES: dict[str, Policy] = {
     "least_outstanding": least_outstanding,
     "least_loaded": least_loaded,
     "session_affinity": session_affinity,
+    "prefix_affinity": prefix_affinity,
 }
 # Policies that read the workers' own load, so their pools' endpoints are scraped.
-SCRAPED_POLICIES = frozenset({"least_loaded", "session_affinity"})
+SCRAPED_POLICIES = frozenset({"least_loaded", "session_affinity", "prefix_affinity"})

@@ -2,13 +2,16 @@
 of them.
 
 Each endpoint takes at most `max_inflight_per_endpoint` requests from this replica. When every
-usable endpoint is full a request waits in the pool's FairQueue (weighted fair across teams); a
-freed slot goes straight to the next waiter (`drain`), never to a newcomer, so arriving later
-cannot mean being served sooner.
+usable endpoint is full a request waits in the pool's queue, weighted fair across teams: by the
+tokens each team was served, on counters every replica shares (`fairness: tokens`, the default:
+tokenqueue.py, vtc.py), or by request count on this replica (`requests`: fairqueue.py). A freed
+slot goes straight to the next waiter (`drain`), never to a newcomer, so arriving later cannot
+mean being served sooner.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import random
@@ -20,9 +23,14 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.model_table import ModelConfig, PoolConfig
 from gateway.observability.metrics import Metrics
 from gateway.routing import health
+from gateway.routing.dispatch import TokenDispatch
 from gateway.routing.endpoint import Endpoint, EndpointState
 from gateway.routing.fairqueue import FairQueue, QueueFull, QueueTimeout
 from gateway.routing.policy import POLICIES, SCRAPED_POLICIES, EndpointView, Policy, RouteRequest
+from gateway.routing.prefix import PrefixRouting
+from gateway.routing.share import ShareTicket
+from gateway.routing.tokenqueue import TokenQueue
+from gateway.routing.vtc import FairShareStore
 
 
 class PoolUnavailable(Exception):
@@ -39,6 +47,8 @@ class Pool:
         rng: random.Random,
         clock: Callable[[], float] = time.monotonic,
         previous: Pool | None = None,
+        prefix: PrefixRouting | None = None,
+        fair_share: FairShareStore | None = None,
     ) -> None:
         self.model = model
         self.config = config
@@ -48,15 +58,30 @@ class Pool:
         self.policy_name = model.routing.policy
         self.policy: Policy = POLICIES[self.policy_name]
         self.scraped = self.policy_name in SCRAPED_POLICIES
+        # prefix_affinity only: the cached-prefix lookup before the policy, the record after.
+        self.prefix = prefix
         self.max_inflight = model.routing.max_inflight_per_endpoint
         self.health = model.health
         self.discovered = config.kubernetes is not None
         self._metrics = metrics
         self._clock = clock
         self._rng = rng
-        self.queue: FairQueue[Endpoint] = FairQueue(
-            model.routing.max_queue, on_orphan=self.release, clock=clock
-        )
+        # fairness "tokens": the shared counters choose between the teams waiting (dispatch.py).
+        self.queue: FairQueue[Endpoint] | TokenQueue[Endpoint]
+        self.tokens: TokenDispatch | None = None
+        if model.routing.fairness == "tokens":
+            self.tokens = TokenDispatch(
+                self.name,
+                model.routing.max_queue,
+                metrics,
+                fair_share,
+                take_slot=self._take_slot,
+                release=self.release,
+                clock=clock,
+            )
+            self.queue = self.tokens.queue
+        else:
+            self.queue = FairQueue(model.routing.max_queue, on_orphan=self.release, clock=clock)
         self._queue_wait = metrics.queue_wait_seconds.labels(self.name)
         self.endpoints: list[Endpoint] = []
         self._by_url: dict[str, Endpoint] = {}
@@ -104,8 +129,15 @@ class Pool:
             with contextlib.suppress(KeyError):
                 metric.remove(self.name, endpoint.url)
 
+    def attach(self, store: FairShareStore | None) -> list[asyncio.Task[None]]:
+        """Token fair share goes through Redis from now on (None: the app is stopping; returns
+        the tasks talking to Redis it cancelled, to await before Redis closes)."""
+        return [] if self.tokens is None else self.tokens.attach(store)
+
     def close(self) -> None:
         """The pool is gone (its model was removed or replaced without it): drop its series."""
+        if self.tokens is not None:
+            self.tokens.close()
         for endpoint in self.endpoints:
             endpoint.removed = True
             endpoint.refresh()
@@ -148,6 +180,14 @@ class Pool:
     ) -> tuple[Endpoint, bool] | None:
         """A slot now, without waiting: (endpoint, is_trial), or None when the caller must queue.
         Raises PoolUnavailable when no endpoint could take the request even after a wait."""
+        got = self._try_acquire(route, rng, exclude)
+        if got is not None and self.tokens is not None:
+            self.tokens.dispatched(_ticket(route))
+        return got
+
+    def _try_acquire(
+        self, route: RouteRequest, rng: random.Random, exclude: Sequence[Endpoint]
+    ) -> tuple[Endpoint, bool] | None:
         if route.pinned is not None:
             return self._pinned(route.pinned, exclude)
         if self._ejected:
@@ -159,7 +199,12 @@ class Pool:
             candidates = [e for e in self.endpoints if e.usable and e.inflight < limit and e not in exclude]
             if candidates:
                 started = time.perf_counter()
-                chosen = cast(Endpoint, self.policy(cast(Sequence[EndpointView], candidates), route, rng))
+                views = cast(Sequence[EndpointView], candidates)
+                if self.prefix is not None:
+                    route = self.prefix.annotate(route, views)
+                chosen = cast(Endpoint, self.policy(views, route, rng))
+                if self.prefix is not None:
+                    self.prefix.record(route, chosen.url)
                 self._metrics.routing_decision.observe(time.perf_counter() - started)
                 chosen.inflight += 1
                 return chosen, False
@@ -203,7 +248,10 @@ class Pool:
             return got
         started = self._clock()
         try:
-            endpoint = await self.queue.wait(route.team, route.share_weight, max_wait)
+            if isinstance(self.queue, TokenQueue):
+                endpoint = await self.queue.wait(_ticket(route), max_wait)
+            else:
+                endpoint = await self.queue.wait(route.team, route.share_weight, max_wait)
         except QueueFull:
             self._metrics.queue_rejections.labels(self.name, "full").inc()
             raise self._saturated(ErrorCode.POOL_SATURATED, "its queue is full") from None
@@ -212,6 +260,8 @@ class Pool:
             self._metrics.queue_rejections.labels(self.name, "timeout").inc()
             raise self._saturated(ErrorCode.QUEUE_TIMEOUT, f"none was free within {max_wait:g}s") from None
         self._queue_wait.observe(self._clock() - started)
+        if self.prefix is not None:
+            self.prefix.record(route, endpoint.url)  # a queued request takes any slot: no lookup
         return endpoint, False
 
     def _saturated(self, code: ErrorCode, why: str) -> GatewayError:
@@ -228,16 +278,28 @@ class Pool:
 
     def drain(self) -> None:
         """Hands free slots to waiters, oldest fair share first."""
-        limit = self.max_inflight
-        while self.queue:
-            free = [e for e in self.endpoints if e.usable and e.inflight < limit]
-            if not free:
+        if self.tokens is not None:
+            self.tokens.drain()
+            return
+        queue = self.queue
+        assert isinstance(queue, FairQueue)
+        while queue:
+            chosen = self._take_slot()
+            if chosen is None:
                 return
-            chosen = cast(Endpoint, self.policy(cast(Sequence[EndpointView], free), _ANY_REQUEST, self._rng))
-            chosen.inflight += 1
-            if not self.queue.offer(chosen):
+            if not queue.offer(chosen):
                 chosen.inflight -= 1
                 return
+
+    def _take_slot(self) -> Endpoint | None:
+        """A free slot for whichever request waits next, taken; None when every one is busy."""
+        limit = self.max_inflight
+        free = [e for e in self.endpoints if e.usable and e.inflight < limit]
+        if not free:
+            return None
+        chosen = cast(Endpoint, self.policy(cast(Sequence[EndpointView], free), _ANY_REQUEST, self._rng))
+        chosen.inflight += 1
+        return chosen
 
     # -- health -------------------------------------------------------------------------------
 
@@ -273,3 +335,8 @@ class Pool:
 
 # A queued request takes whichever slot frees first: drain() routes for no request in particular.
 _ANY_REQUEST = RouteRequest("")
+
+
+def _ticket(route: RouteRequest) -> ShareTicket:
+    """The request's fair-share ticket; a request without one weighs one token."""
+    return route.share if route.share is not None else ShareTicket(route.team, route.share_weight)

@@ -174,7 +174,16 @@ def test_admin_cli_creates_lists_revokes_and_reports(gateway: Gateway) -> None:
     assert _cli(gateway, "teams", "create", "cli-team").returncode == 0
     assert "cli-team" in _cli(gateway, "teams", "list").stdout
     created = _cli(
-        gateway, "keys", "create", "--team", "cli-team", "--models", f"{FAKE_MODEL},x", "--rpm", "7", "--json"
+        gateway,
+        "keys",
+        "create",
+        "--team",
+        "cli-team",
+        "--models",
+        f"{FAKE_MODEL},renamed",
+        "--rpm",
+        "7",
+        "--json",
     )
     assert created.returncode == 0, created.stderr
     key = json.loads(created.stdout)
@@ -189,7 +198,7 @@ def test_admin_cli_creates_lists_revokes_and_reports(gateway: Gateway) -> None:
     assert key["id"] in listing
     assert key["key"] not in listing
     usage = _cli(gateway, "usage", "--team", "cli-team").stdout
-    assert re.search(rf"{key['id']}\s+{FAKE_MODEL}\s+1\s+2\s+8", usage), usage
+    assert re.search(rf"{key['id']}\s+{FAKE_MODEL}\s+\S+\s+1\s+2\s+8", usage), usage
     csv_out = _cli(gateway, "usage", "--team", "cli-team", "--csv").stdout.splitlines()
     assert csv_out[0].startswith("team,key_id,model,day,requests")
 

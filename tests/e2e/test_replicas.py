@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import os
 import secrets
 import subprocess
@@ -92,15 +93,20 @@ def replicas(
             process.wait(timeout=15)
 
 
-def test_rpm_60_admits_exactly_60_of_300_spread_over_three_replicas(replicas: Replicas) -> None:
+def test_rpm_60_admits_60_of_300_spread_over_three_replicas(replicas: Replicas) -> None:
     key = replicas.new_key(rpm=60)
     urls = replicas.urls
+    started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=24) as pool:
         statuses = list(
             pool.map(lambda i: post(f"{urls[i % 3]}/v1/chat/completions", BODY, key=key).status, range(300))
         )
-    assert statuses.count(200) == 60
-    assert statuses.count(429) == 240
+    elapsed = time.monotonic() - started
+    # The burst is 60, and the limit earns one request back each second: however slow the
+    # machine, the replicas together admit the burst plus what the elapsed time earned, no more.
+    admitted = statuses.count(200)
+    assert 60 <= admitted <= 60 + math.ceil(elapsed)
+    assert statuses.count(429) == 300 - admitted
 
 
 def test_concurrency_4_holds_across_replicas(replicas: Replicas) -> None:

@@ -30,6 +30,7 @@ _MAPPING: dict[ErrorCode, tuple[str, int]] = {
     ErrorCode.METHOD_NOT_ALLOWED: ("invalid_request_error", 405),
     ErrorCode.REQUEST_TIMEOUT: ("timeout_error", 408),
     ErrorCode.TEAM_EXISTS: ("invalid_request_error", 409),
+    ErrorCode.KEY_REVOKED: ("invalid_request_error", 409),
     ErrorCode.REQUEST_TOO_LARGE: ("request_too_large", 413),
     ErrorCode.HEADERS_TOO_LARGE: ("invalid_request_error", 431),
     ErrorCode.RATE_LIMIT_EXCEEDED: ("rate_limit_error", 429),

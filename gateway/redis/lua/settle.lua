@@ -2,7 +2,8 @@
 -- admission reserved beyond what it used (or charge the excess), release its concurrency slots.
 -- KEYS[1]: the request's idempotency marker; KEYS[2]: the team's usage hash for one UTC day;
 -- KEYS[3]: the team's set of days with usage; KEYS[4]: the admission marker (admit.lua);
--- KEYS[5..]: limit state keys to settle. All share the team's hash tag (Redis Cluster safe).
+-- KEYS[5]: the team's hash of when each key was last used;
+-- KEYS[6..]: limit state keys to settle. All share the team's hash tag (Redis Cluster safe).
 -- ARGV[1..9]: marker_ttl, usage_ttl, day, field prefix "key_id|model|api" ("key_id|model" from a
 -- record spooled before usage had the api), prompt, completion, error,
 -- disconnect, void; then two values per limit key: kind, a
@@ -11,6 +12,8 @@
 --   "g" token GCRA: a = "<seconds per token>:<tokens to give back>" (negative: charge more)
 --   "c" concurrency: a = the request id to release
 --   "b" budget:      a = tokens to give back (negative: charge more)
+local time = redis.call("TIME")
+local now = (tonumber(time[1]) - 1483228800) + tonumber(time[2]) / 1000000
 if ARGV[9] == "1" then
   if redis.call("DEL", KEYS[4]) == 0 then
     return 0
@@ -28,12 +31,13 @@ else
   if ARGV[8] ~= "0" then redis.call("HINCRBY", KEYS[2], prefix .. "|disconnects", 1) end
   redis.call("EXPIRE", KEYS[2], ARGV[2])
   redis.call("SADD", KEYS[3], ARGV[3])
+  -- The key id leads the field prefix. Redis's clock, like every other time the scripts keep.
+  redis.call("HSET", KEYS[5], string.match(prefix, "^[^|]*"), time[1])
+  redis.call("EXPIRE", KEYS[5], ARGV[2])
 end
 
-local time = redis.call("TIME")
-local now = (tonumber(time[1]) - 1483228800) + tonumber(time[2]) / 1000000
-for i = 5, #KEYS do
-  local base = 9 + (i - 5) * 2
+for i = 6, #KEYS do
+  local base = 9 + (i - 6) * 2
   local kind, a = ARGV[base + 1], ARGV[base + 2]
   if kind == "g" then
     local sep = string.find(a, ":", 1, true)

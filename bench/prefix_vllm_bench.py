@@ -1,0 +1,166 @@
+"""Prefix-cache routing in front of two REAL vLLMs (CPU build, tiny model, prefix caching on):
+the engines' prefix-cache hit rate and the time to first token, for an oracle that always picks
+the right engine, prefix_affinity and least_loaded, on the workload of tests/vllm/prefix_workload.py
+(6 conversations over 2 shared system prompts, 4 turns each, one request at a time).
+
+The gateway's own Router, Monitor and Upstream route in this process (no Redis needed); the oracle
+sends straight to its engine, so its TTFT lacks the gateway's ~1 ms. Starts both vLLMs itself
+(about a minute each) unless SLUICEGATE_VLLM_URLS=url1,url2 names running ones.
+
+    .venv/bin/python bench/prefix_vllm_bench.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import sys
+import threading
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gateway.config import ModelConfig, ModelTable, RoutingConfig
+from gateway.observability.metrics import Metrics
+from gateway.proxy.upstream import Upstream, new_session
+from gateway.routing.monitor import Monitor
+from gateway.routing.policy import RouteRequest
+from gateway.routing.prefix import DEFAULT_BLOCK_BYTES, body_blocks
+from gateway.routing.router import Router
+from tests.vllm.prefix_workload import MAX_TOKENS, SERVED_NAME, Oracle, hit_rate, run_workload, two_vllms
+
+T = TypeVar("T")
+HEADERS = {"content-type": "application/json"}
+
+
+class Loop:
+    """An event loop in a thread: the workload driver is plain code, the routing is async."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+
+
+def _body(messages: list[dict[str, str]]) -> bytes:
+    return orjson.dumps(
+        {
+            "model": SERVED_NAME,
+            "messages": messages,
+            "max_tokens": MAX_TOKENS,
+            "temperature": 0,
+            "stream": True,
+        }
+    )
+
+
+async def _read(response: aiohttp.ClientResponse, t0: float, ttft: list[float]) -> str:
+    """The streamed answer's text; appends the time to its first chunk to `ttft` (vLLM sends it
+    with the first token; the tiny model's random weights make many tokens decode to nothing, so
+    the first non-empty text would time the weights, not the engine)."""
+    loop = asyncio.get_running_loop()
+    parts: list[str] = []
+    first = True
+    async for line in response.content:
+        if not line.startswith(b"data: {"):
+            continue
+        if first:
+            ttft.append(loop.time() - t0)
+            first = False
+        choices = orjson.loads(line[6:]).get("choices") or [{}]
+        parts.append(choices[0].get("delta", {}).get("content") or "")
+    return "".join(parts)
+
+
+def _measure(name: str, urls: list[str], loop: Loop, policy: str | None) -> tuple[float, list[float]]:
+    ttft: list[float] = []
+    salt = f"bench-{name}-{random.randrange(1 << 30)}"
+
+    async def setup() -> tuple[Router, Monitor, aiohttp.ClientSession, Upstream]:
+        routing = RoutingConfig(policy=policy or "least_loaded")
+        router = Router(
+            ModelTable((ModelConfig(name=SERVED_NAME, endpoints=tuple(urls), routing=routing),)), Metrics()
+        )
+        session = new_session()
+        monitor = Monitor(router, session)
+        monitor.start()
+        await asyncio.sleep(1.2)  # a scrape round
+        return router, monitor, session, Upstream(session, router, router.metrics)
+
+    router, monitor, session, upstream = loop.run(setup())
+    route = router.resolve(SERVED_NAME)
+    assert route is not None
+    oracle = Oracle(urls)
+
+    async def send(conversation: str, messages: list[dict[str, str]]) -> str:
+        body = _body(messages)
+        t0 = asyncio.get_running_loop().time()
+        if policy is None:
+            async with session.post(
+                oracle.pick(conversation, messages) + "/v1/chat/completions", data=body, headers=HEADERS
+            ) as direct:
+                return await _read(direct, t0, ttft)
+        blocks = body_blocks(body, DEFAULT_BLOCK_BYTES) if policy == "prefix_affinity" else ()
+        assert route is not None
+        opened = await upstream.open(
+            router.plan(route),
+            "/v1/chat/completions",
+            lambda pool: body,
+            HEADERS,
+            RouteRequest(SERVED_NAME, blocks=blocks),
+            head_deadline=t0 + 120,
+            stream=True,
+        )
+        try:
+            return await _read(opened.response, t0, ttft)
+        finally:
+            opened.served()
+            opened.release()
+
+    rate = hit_rate(urls, lambda: run_workload(lambda n, m: loop.run(send(n, m)), salt))
+
+    async def teardown() -> None:
+        await monitor.stop()
+        await session.close()
+
+    loop.run(teardown())
+    return rate, ttft
+
+
+def main() -> None:
+    loop = Loop()
+    try:
+        with two_vllms() as urls:
+            _measure("warm-up", urls, loop, "least_loaded")  # first requests to a fresh engine are slow
+            results = {
+                "oracle": _measure("oracle", urls, loop, None),
+                "prefix_affinity": _measure("prefix", urls, loop, "prefix_affinity"),
+                "least_loaded": _measure("least-loaded", urls, loop, "least_loaded"),
+            }
+    finally:
+        loop.close()
+    best = results["oracle"][0]
+    print(f"{'':>16} | engine prefix-cache hit rate | of the oracle's | TTFT p50 ms | TTFT p99 ms")
+    for name, (rate, ttft) in results.items():
+        p99 = sorted(ttft)[int(0.99 * (len(ttft) - 1))]
+        print(
+            f"{name:>16} | {100 * rate:26.1f} % | {100 * rate / best:13.1f} % | "
+            f"{1000 * statistics.median(ttft):11.1f} | {1000 * p99:11.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""`sluicegate usage` and `sluicegate audit`: reading what happened."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from gateway.cli import render
+from gateway.cli.client import AdminClient
+from gateway.metering import usage_report
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    client = AdminClient.from_env()
+    query = {
+        "team": args.team,
+        "since": args.since,
+        "until": args.until,
+        "model": args.model,
+        "key": args.key,
+        "group_by": args.group_by,
+    }
+    if args.csv:
+        print(client.call("GET", "/admin/v1/usage", format="csv", **query), end="")
+        return 0
+    result = client.call("GET", "/admin/v1/usage", **query)
+    if args.json:
+        print(json.dumps(result["data"]))
+        return 0
+    # The CSV's columns, in its order, and a totals row under them.
+    total = {**result["totals"], "team": "TOTAL"}
+    print(render.table([*result["data"], total], usage_report.COLUMNS))
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    client = AdminClient.from_env()
+    result = client.call(
+        "GET", "/admin/v1/audit", team=args.team, since=args.since, before=args.before, limit=args.limit
+    )
+    entries = result["data"]
+    if args.json:
+        print(json.dumps(entries))
+    else:
+        rows = [
+            {
+                **entry,
+                "changes": ", ".join(
+                    f"{name}: {render.shown(old)} -> {render.shown(new)}"
+                    for name, (old, new) in entry["changes"].items()
+                ),
+            }
+            for entry in entries
+        ]
+        print(render.table(rows, ["time", "action", "team", "key_id", "changes", "peer"]))
+    if result.get("has_more") and entries:
+        print(f"# older entries remain: sluicegate audit --before {entries[-1]['id']}", file=sys.stderr)
+    return 0

@@ -1,0 +1,205 @@
+"""A team's keys: list (active, revoked, expired), create, edit, rotate, revoke.
+
+A new secret (create, rotate) is shown once: it waits in Redis under a random id for at most
+FLASH_TTL_S, bound to the session that made it, and the page that shows it takes it with GETDEL
+behind a redirect, so a reload, the back button or another browser find nothing. The Redis key
+holds the session id too: another session that learns the id (from a log line, a history) finds
+nothing there and cannot take it away from the session it belongs to.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import time
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.admin import validation
+from gateway.console.forms import KEY_FIELDS, Form, limit_body, whole_number
+from gateway.console.teams import notice
+from gateway.console.web import Console, Page, redirect
+from gateway.errors import ErrorCode, GatewayError
+from gateway.keys.record import KeyRecord
+from gateway.limits.spec import parse_limits
+from gateway.redis import keys as redis_keys
+
+FLASH_TTL_S = 120
+_MAX_NAME = 200
+_MAX_GRACE_S = 90 * 86400
+_FILTERS = ("active", "expired", "revoked", "all")
+_NOTICES = {"revoked": "Key revoked.", "updated": "Key saved."}
+
+
+def _status(record: KeyRecord, now: float) -> str:
+    if record.revoked:
+        return "revoked"
+    if record.expires_at is not None and record.expires_at <= now:
+        return "expired"
+    return "active"
+
+
+def _known_models(page: Page) -> list[str]:
+    return sorted(route.model.name for route in page.deps.router.models())
+
+
+def _models(form: Form, page: Page) -> list[str] | None:
+    """Ticked models; none ticked is every model."""
+    known = {name for route in page.deps.router.models() for name in (route.model.name, *route.model.aliases)}
+    return validation.model_names(form.getlist("models") or None, known=known)
+
+
+def _expiry(form: Form) -> float | None:
+    return validation.expiry(form.get("expires_at").strip() or None)
+
+
+def _key_name(form: Form) -> str:
+    name = form.get("name")
+    if len(name) > _MAX_NAME:
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST, f"'name' must be at most {_MAX_NAME} characters.", param="name"
+        )
+    return name
+
+
+def _flash_key(page: Page, flash_id: str) -> str:
+    return redis_keys.console_flash(f"{page.session.id}.{flash_id}")
+
+
+class Keys:
+    def __init__(self, console: Console) -> None:
+        self._console = console
+
+    async def _flash(self, page: Page, record: KeyRecord, secret: str) -> str:
+        flash_id = secrets.token_urlsafe(18)
+        value = orjson.dumps({"session": page.session.id, "key_id": record.id, "secret": secret})
+        await page.redis.set(_flash_key(page, flash_id), value, ex=FLASH_TTL_S)
+        return flash_id
+
+    async def _take_flash(self, page: Page, flash_id: str) -> dict[str, Any] | None:
+        if not flash_id or len(flash_id) > 64:
+            return None
+        raw = await page.redis.getdel(_flash_key(page, flash_id))
+        if raw is None:
+            return None
+        value: dict[str, Any] = orjson.loads(raw)
+        return value if value.get("session") == page.session.id else None
+
+    async def _context(self, request: Request, page: Page, team: str) -> dict[str, Any]:
+        await page.deps.keystore.team(team)  # 404 page for a team that does not exist
+        wanted = request.query_params.get("status", "active")
+        wanted = wanted if wanted in _FILTERS else "active"
+        now = time.time()
+        keys = [{"record": k, "status": _status(k, now)} for k in await page.deps.keystore.list_keys(team)]
+        shown = [k for k in keys if wanted == "all" or k["status"] == wanted]
+        return {
+            "team": team,
+            "keys": shown,
+            "status": wanted,
+            "filters": _FILTERS,
+            "fields": KEY_FIELDS,
+            "models": _known_models(page),
+            "form": {},
+            "picked": [],
+            "flash": None,
+            "notice": None,
+        }
+
+    async def index(self, request: Request, page: Page) -> Response:
+        team = validation.team_name(request.path_params["team"])
+        context = await self._context(request, page, team)
+        if request.method == "GET":  # a HEAD shows nothing: it must not use the secret's one showing up
+            context["flash"] = await self._take_flash(page, request.query_params.get("flash", ""))
+        context["notice"] = notice(request, _NOTICES)
+        return self._console.render(request, "keys.html", context, session=page.session)
+
+    async def create(self, request: Request, page: Page) -> Response:
+        team = validation.team_name(request.path_params["team"])
+        form = page.form
+        try:
+            body, _ = limit_body(form, KEY_FIELDS)
+            record, secret = await page.deps.keystore.create_key(
+                team,
+                name=_key_name(form),
+                models=_models(form, page),
+                limits=parse_limits(body, budgets=False),
+                expires_at=_expiry(form),
+                journal=page.journal(request),
+            )
+        except GatewayError as exc:
+            context = await self._context(request, page, team)
+            context.update(error=exc.message, form=form.values(), picked=form.getlist("models"))
+            return self._console.render(
+                request, "keys.html", context, session=page.session, status=exc.status
+            )
+        flash_id = await self._flash(page, record, secret)
+        return redirect(f"/teams/{team}/keys?flash={flash_id}")
+
+    def _edit_context(self, page: Page, record: KeyRecord) -> dict[str, Any]:
+        limits = record.limits.as_dict()
+        form = {field: str(limits.get(field, "")) for field in KEY_FIELDS}
+        form["tpm_counts"] = str(limits.get("tpm_counts", "total"))
+        if record.expires_at is not None:
+            when = dt.datetime.fromtimestamp(record.expires_at, dt.UTC)
+            form["expires_at"] = when.strftime("%Y-%m-%dT%H:%M")
+        return {
+            "key": record,
+            "status": _status(record, time.time()),
+            "fields": KEY_FIELDS,
+            "models": _known_models(page),
+            "picked": sorted(record.models) if record.models is not None else [],
+            "form": form,
+            "notice": None,
+        }
+
+    async def show(self, request: Request, page: Page) -> Response:
+        record = await page.deps.keystore.key(request.path_params["key_id"])
+        context = self._edit_context(page, record)
+        context["notice"] = notice(request, _NOTICES)
+        return self._console.render(request, "key.html", context, session=page.session)
+
+    async def update(self, request: Request, page: Page) -> Response:
+        record = await page.deps.keystore.key(request.path_params["key_id"])
+        form = page.form
+        try:
+            body, blank = limit_body(form, KEY_FIELDS)
+            changes, cleared = validation.limit_changes({**body, "clear": blank}, budgets=False)
+            updated = await page.deps.keystore.update_key(
+                record.id,
+                changes,
+                cleared,
+                models=_models(form, page),
+                expires_at=_expiry(form),
+                journal=page.journal(request),
+            )
+        except GatewayError as exc:
+            context = self._edit_context(page, record)
+            context.update(error=exc.message, form=form.values(), picked=form.getlist("models"))
+            return self._console.render(request, "key.html", context, session=page.session, status=exc.status)
+        return redirect(f"/keys/{updated.id}?done=updated")
+
+    async def rotate(self, request: Request, page: Page) -> Response:
+        record = await page.deps.keystore.key(request.path_params["key_id"])
+        grace = whole_number(page.form, "grace_seconds") or 0
+        if grace > _MAX_GRACE_S:
+            raise GatewayError(
+                ErrorCode.INVALID_REQUEST,
+                "'grace_seconds' must be a number of seconds from 0 to 90 days.",
+                param="grace_seconds",
+            )
+        record, secret = await page.deps.keystore.rotate(
+            record.id, float(grace), journal=page.journal(request)
+        )
+        flash_id = await self._flash(page, record, secret)
+        return redirect(f"/teams/{record.team}/keys?flash={flash_id}")
+
+    async def revoke(self, request: Request, page: Page) -> Response:
+        record, hashes = await page.deps.keystore.revoke(
+            request.path_params["key_id"], journal=page.journal(request)
+        )
+        for secret_hash in hashes:
+            page.deps.auth.forget(secret_hash)  # this replica at once; others hear the store's publish
+        return redirect(f"/teams/{record.team}/keys?status=all&done=revoked")

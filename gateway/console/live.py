@@ -1,0 +1,45 @@
+"""Models and Audit: what the router sees now (refreshed by htmx polling a fragment; a plain
+reload without JavaScript), and the admin audit log, paged."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.admin import audit, validation
+from gateway.admin.models import snapshot
+from gateway.console.web import Console, Page
+
+AUDIT_PAGE = 50
+# How often the Models page asks for a fresh fragment (htmx `every`), in seconds.
+POLL_S = 2
+
+
+class Live:
+    def __init__(self, console: Console) -> None:
+        self._console = console
+
+    async def models(self, request: Request, page: Page) -> Response:
+        context = {"models": snapshot(page.deps.router), "poll_s": POLL_S}
+        return self._console.render(request, "models.html", context, session=page.session)
+
+    async def models_fragment(self, request: Request, page: Page) -> Response:
+        context = {"models": snapshot(page.deps.router), "poll_s": POLL_S}
+        return self._console.render(request, "_models.html", context, session=page.session)
+
+    async def audit(self, request: Request, page: Page) -> Response:
+        query = request.query_params
+        team = query.get("team", "").strip()
+        entries, more = await page.deps.audit.entries(
+            team=validation.team_name(team) if team else None,
+            since_ms=None,
+            before=audit.parse_before(query.get("before")),
+            limit=AUDIT_PAGE,
+        )
+        context = {
+            "entries": entries,
+            "more": more,
+            "team": team,
+            "teams": await page.deps.keystore.list_teams(),
+        }
+        return self._console.render(request, "audit.html", context, session=page.session)

@@ -1,0 +1,151 @@
+"""Usage: tokens and requests per day, per team or per model, over a chosen date range; a stacked
+bar chart, the table it is drawn from with errors, disconnects and totals, and a CSV of exactly
+that table. Rows come from Meter.report and are summed by gateway/metering/usage_report.py, as the
+admin API's and the CLI's are.
+
+The chart's data is a `data-chart` attribute that static/console.js reads (no inline script: the
+console's CSP forbids it); without JavaScript the table says the same.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.admin import validation
+from gateway.console.web import Console, Page
+from gateway.errors import ErrorCode, GatewayError
+from gateway.metering import usage_report
+
+_DEFAULT_DAYS = 7
+_MAX_DAYS = 366
+_BYS = ("team", "model")
+_METRICS = {"tokens": "total_tokens", "requests": "requests"}
+COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "total_tokens", "errors", "disconnects")
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    since: dt.date
+    until: dt.date
+    team: str
+    by: str
+    metric: str
+
+    def params(self) -> str:
+        return (
+            f"since={self.since.isoformat()}&until={self.until.isoformat()}&team={self.team}"
+            f"&by={self.by}&metric={self.metric}"
+        )
+
+
+def _date(request: Request, name: str, default: dt.date) -> dt.date:
+    return validation.query_date(request.query_params.get(name), name) or default
+
+
+def parse_query(request: Request) -> Query:
+    today = dt.datetime.now(dt.UTC).date()
+    until = _date(request, "until", today)
+    # Near the first day a date can be, the default range is shorter (never an OverflowError).
+    earliest = dt.date.min + dt.timedelta(days=_DEFAULT_DAYS - 1)
+    since = _date(
+        request, "since", until - dt.timedelta(days=_DEFAULT_DAYS - 1) if until >= earliest else dt.date.min
+    )
+    if since > until:
+        raise GatewayError(ErrorCode.INVALID_REQUEST, "'since' must not be after 'until'.", param="since")
+    if (until - since).days >= _MAX_DAYS:
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST, f"Choose at most {_MAX_DAYS} days at a time.", param="since"
+        )
+    team = request.query_params.get("team", "").strip()
+    if team:
+        validation.team_name(team)
+    by = request.query_params.get("by", "team")
+    metric = request.query_params.get("metric", "tokens")
+    return Query(since, until, team, by if by in _BYS else "team", metric if metric in _METRICS else "tokens")
+
+
+async def table(page: Page, query: Query) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    """One row per day and team (or model) that has usage, the totals, and every day of the range."""
+    teams = [query.team] if query.team else await page.deps.keystore.list_teams()
+    rows = await page.deps.meter.report(teams, query.since, query.until)
+    days = [
+        (query.since + dt.timedelta(days=n)).isoformat() for n in range((query.until - query.since).days + 1)
+    ]
+    out: list[dict[str, Any]] = []
+    for day in days:
+        for grouped in usage_report.group([r for r in rows if r["day"] == day], query.by):
+            out.append({"day": day, "group": grouped[query.by], **{c: grouped[c] for c in COUNTERS}})
+    return out, usage_report.totals(rows), days
+
+
+def chart(query: Query, rows: list[dict[str, Any]], days: list[str]) -> dict[str, Any]:
+    """What console.js hands Chart.js: one stacked dataset per team (or model)."""
+    column = _METRICS[query.metric]
+    groups = sorted({str(r["group"]) for r in rows})
+    index = {day: n for n, day in enumerate(days)}
+    datasets = []
+    for group in groups:
+        data = [0] * len(days)
+        for row in rows:
+            if str(row["group"]) == group:
+                data[index[row["day"]]] += int(row[column])
+        datasets.append({"label": group, "data": data})
+    return {"labels": days, "datasets": datasets, "metric": query.metric}
+
+
+class Usage:
+    def __init__(self, console: Console) -> None:
+        self._console = console
+
+    async def index(self, request: Request, page: Page) -> Response:
+        try:
+            query = parse_query(request)
+        except GatewayError as exc:
+            today = dt.datetime.now(dt.UTC).date()
+            query = Query(today - dt.timedelta(days=_DEFAULT_DAYS - 1), today, "", "team", "tokens")
+            return await self._render(request, page, query, error=exc.message, status=exc.status)
+        return await self._render(request, page, query)
+
+    async def _render(
+        self, request: Request, page: Page, query: Query, *, error: str | None = None, status: int = 200
+    ) -> Response:
+        rows, totals, days = await table(page, query)
+        context = {
+            "query": query,
+            "rows": rows,
+            "totals": totals,
+            "counters": COUNTERS,
+            "chart": orjson.dumps(chart(query, rows, days)).decode(),
+            "teams": await page.deps.keystore.list_teams(),
+            "error": error,
+        }
+        return self._console.render(request, "usage.html", context, session=page.session, status=status)
+
+    async def csv(self, request: Request, page: Page) -> Response:
+        query = parse_query(request)
+        rows, _, _ = await table(page, query)
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["day", query.by, *COUNTERS])
+        for row in rows:
+            writer.writerow(
+                [
+                    usage_report.csv_cell(row["day"]),
+                    usage_report.csv_cell(row["group"]),
+                    *(row[c] for c in COUNTERS),
+                ]
+            )
+        name = f"sluicegate-usage-{query.since.isoformat()}-{query.until.isoformat()}.csv"
+        return Response(
+            out.getvalue(),
+            media_type="text/csv",
+            headers={"content-disposition": f'attachment; filename="{name}"'},
+        )

@@ -1,0 +1,85 @@
+"""Usage rows (gateway.metering.meter.Meter.report) grouped and totalled for people: the admin
+API's `usage`, the CLI's table and CSV, and the web console all go through here, so they show the
+same columns in the same order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Literal, get_args
+
+# The dimensions of a row, then its counters; `api` last, so CSV readers that go by column position
+# still read what they did before it came (it is also where Meter.report puts it).
+DIMENSIONS = ("team", "key_id", "model", "day")
+COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "errors", "disconnects", "total_tokens")
+COLUMNS = (*DIMENSIONS, *COUNTERS, "api")
+
+GroupBy = Literal["team", "key", "model", "day"]
+GROUP_BYS: tuple[str, ...] = get_args(GroupBy)
+
+# What each grouping keeps of a row; the other dimensions are null in its rows. A key belongs to
+# one team, so grouping by key keeps the team too.
+_KEPT: dict[str, tuple[str, ...]] = {
+    "team": ("team",),
+    "key": ("team", "key_id"),
+    "model": ("model",),
+    "day": ("day",),
+}
+
+Row = dict[str, object]
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _blank(kept: Mapping[str, object]) -> Row:
+    row: Row = {column: kept.get(column) for column in COLUMNS}
+    for counter in COUNTERS:
+        row[counter] = 0
+    return row
+
+
+def _add(into: Row, row: Mapping[str, object]) -> None:
+    for counter in COUNTERS:
+        into[counter] = _count(into[counter]) + _count(row.get(counter))
+
+
+def group(rows: Iterable[Mapping[str, object]], by: str) -> list[Row]:
+    """One row per team, key, model or day (`by`), counters summed, in the order of the kept
+    columns. Raises ValueError for any other `by` (callers check it against GROUP_BYS first)."""
+    if by not in _KEPT:
+        raise ValueError(f"group by one of {', '.join(GROUP_BYS)}")
+    kept_columns = _KEPT[by]
+    grouped: dict[tuple[object, ...], Row] = {}
+    for row in rows:
+        identity = tuple(row.get(column) for column in kept_columns)
+        into = grouped.get(identity)
+        if into is None:
+            into = grouped[identity] = _blank(dict(zip(kept_columns, identity, strict=True)))
+        _add(into, row)
+    return [grouped[identity] for identity in sorted(grouped, key=lambda i: tuple(str(v) for v in i))]
+
+
+def totals(rows: Iterable[Mapping[str, object]]) -> Row:
+    """Every counter summed over `rows`; the dimensions are null."""
+    total = _blank({})
+    for row in rows:
+        _add(total, row)
+    return total
+
+
+def ordered(row: Mapping[str, object]) -> Row:
+    """A row with exactly COLUMNS, in that order (what the CSV and the JSON show)."""
+    return {column: row.get(column) for column in COLUMNS}
+
+
+# A spreadsheet reads a cell starting with one of these as a formula (CSV injection).
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """A CSV cell: text a spreadsheet would run as a formula gets a leading `'`, so it shows as the
+    text it is (names are checked when made, but a CSV must not count on it); numbers stay numbers."""
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value

@@ -1,0 +1,164 @@
+"""The queue in front of a saturated pool when its fairness is by tokens (`fairness: tokens`).
+
+Waiters are kept per (priority band, team), FIFO within each. The queue does not decide who goes
+next: `candidates()` gives the head waiter of each team in the highest band that has waiters, the
+pool asks the fair share counters (gateway.routing.vtc) which of them to serve, and `offer(item,
+waiter)` hands the item to that waiter, or to `choose(candidates)` when it left meanwhile.
+
+Handover contract (as in gateway.routing.fairqueue): `offer()` resolves the chosen waiter's future
+synchronously and takes it off the queue; a waiter cancelled or timed out after that passes the
+item to `on_orphan(item)`, so an offered item ends up exactly once either returned by `wait()` or
+given to `on_orphan`. Not thread-safe: call everything from the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+from gateway.routing.fairqueue import QueueFull, QueueTimeout
+from gateway.routing.share import ShareTicket
+
+T = TypeVar("T")
+
+
+class Waiter(Generic[T]):
+    __slots__ = ("enqueued_at", "future", "live", "seq", "ticket")
+
+    def __init__(self, ticket: ShareTicket, seq: int, enqueued_at: float, future: asyncio.Future[T]) -> None:
+        self.ticket = ticket
+        self.seq = seq
+        self.enqueued_at = enqueued_at
+        self.future = future
+        self.live = True
+
+
+class TokenQueue(Generic[T]):
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        on_orphan: Callable[[T], None],
+        on_backlog: Callable[[str, int], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`on_backlog(team, waiting)`: the team's number of waiters changed (0: none left)."""
+        if max_size < 0:
+            raise ValueError(f"max_size must be >= 0, got {max_size}")
+        self._max_size = max_size
+        self._on_orphan = on_orphan
+        self._on_backlog = on_backlog
+        self._clock = clock
+        self._seq = itertools.count()
+        # band -> team -> FIFO; waiters that left stay until they reach the front (lazy removal).
+        self._bands: dict[int, dict[str, collections.deque[Waiter[T]]]] = {}
+        self._live_in_band: dict[int, int] = {}
+        self._count: dict[str, int] = {}
+        self._live = 0
+
+    def __len__(self) -> int:
+        return self._live
+
+    def waiting_by_team(self) -> dict[str, int]:
+        return dict(self._count)
+
+    def teams(self) -> list[str]:
+        return list(self._count)
+
+    def oldest_wait(self) -> float:
+        """Seconds (by `clock`) the longest-waiting waiter has waited; 0 when empty. O(n)."""
+        stamps = [
+            w.enqueued_at for teams in self._bands.values() for q in teams.values() for w in q if w.live
+        ]
+        return self._clock() - min(stamps) if stamps else 0.0
+
+    # The pool hands over its max_queue_wait per call, so a timeout argument is the interface.
+    async def wait(self, ticket: ShareTicket, timeout: float) -> T:  # noqa: ASYNC109
+        """Wait for an item from `offer()`. Raises QueueFull at once when full, QueueTimeout
+        after `timeout` seconds; cancellation takes the waiter off the queue."""
+        if self._live >= self._max_size:
+            raise QueueFull(f"{self._live} requests already waiting")
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        waiter = Waiter(ticket, next(self._seq), self._clock(), future)
+        self._bands.setdefault(ticket.band, {}).setdefault(ticket.team, collections.deque()).append(waiter)
+        self._live_in_band[ticket.band] = self._live_in_band.get(ticket.band, 0) + 1
+        self._live += 1
+        count = self._count[ticket.team] = self._count.get(ticket.team, 0) + 1
+        self._on_backlog(ticket.team, count)
+        try:
+            async with asyncio.timeout(timeout):
+                return await future
+        except BaseException as exc:
+            if future.done() and not future.cancelled():
+                self._on_orphan(future.result())  # offer() handed it over: ours to give back
+            elif waiter.live:
+                self._remove(waiter)
+            if isinstance(exc, TimeoutError):
+                raise QueueTimeout(f"not served within {timeout:g}s") from None
+            raise
+
+    def candidates(self) -> list[Waiter[T]]:
+        """The head waiter of each team in the highest band with waiters, oldest first."""
+        while self._live:
+            top = max(self._live_in_band)
+            heads: list[Waiter[T]] = []
+            stale = None
+            teams = self._bands[top]
+            for team in [team for team, fifo in teams.items() if not _prune(fifo)]:
+                del teams[team]  # a team with nobody left: the band keeps no entry for it
+            for fifo in teams.values():
+                if fifo[0].future.done():
+                    stale = fifo[0]  # cancelled, but its task has not run its cleanup yet
+                    break
+                heads.append(fifo[0])
+            if stale is None:
+                heads.sort(key=lambda w: w.seq)
+                return heads
+            self._remove(stale)
+        return []
+
+    def offer(
+        self, item: T, waiter: Waiter[T] | None, choose: Callable[[Sequence[Waiter[T]]], int]
+    ) -> Waiter[T] | None:
+        """Hand `item` to `waiter` if it still waits, else to `choose(candidates())`'s pick.
+        Returns the waiter served, or None (the caller keeps the item) if nobody waits."""
+        if waiter is None or not waiter.live or waiter.future.done():
+            heads = self.candidates()
+            if not heads:
+                return None
+            waiter = heads[choose(heads)]
+        teams = self._bands[waiter.ticket.band]
+        fifo = teams[waiter.ticket.team]
+        if fifo and fifo[0] is waiter:
+            fifo.popleft()
+            if not _prune(fifo):
+                del teams[waiter.ticket.team]
+        self._remove(waiter)
+        waiter.future.set_result(item)
+        return waiter
+
+    def _remove(self, waiter: Waiter[T]) -> None:
+        waiter.live = False
+        ticket = waiter.ticket
+        self._live -= 1
+        self._live_in_band[ticket.band] -= 1
+        if not self._live_in_band[ticket.band]:
+            del self._live_in_band[ticket.band]
+            del self._bands[ticket.band]
+        left = self._count[ticket.team] - 1
+        if left:
+            self._count[ticket.team] = left
+        else:
+            del self._count[ticket.team]
+        self._on_backlog(ticket.team, left)
+
+
+def _prune(fifo: collections.deque[Waiter[T]]) -> bool:
+    """Drops the waiters that left from the front of `fifo`; whether any is left."""
+    while fifo and not fifo[0].live:
+        fifo.popleft()
+    return bool(fifo)
