@@ -252,6 +252,12 @@ def body_blocks(worker_body: bytes, block_bytes: int) -> tuple[bytes, ...]:
         body = orjson.loads(worker_body)
         if not isinstance(body, dict):
             return ()
-        return block_hashes(prompt_bytes(body, block_bytes * MAX_HASHED_BLOCKS), block_bytes)
+        prompt = prompt_bytes(body, block_bytes * MAX_HASHED_BLOCKS)
+        model = body.get("model")
+        if isinstance(model, str) and model:
+            # One endpoint may serve several models (LoRA adapters, a multi-model server): a
+            # prompt cached for one is no use to another, so the model starts the chain.
+            prompt = b"model:" + model.encode() + b"\x00" + prompt
+        return block_hashes(prompt, block_bytes)
     except (ValueError, TypeError):  # orjson's errors (nesting it cannot write again): no routing
         return ()

@@ -302,7 +302,7 @@ def test_a_huge_conversation_is_encoded_only_as_far_as_it_is_hashed() -> None:
     assert len(whole) > 20 * limit
     assert limit <= len(bounded) < limit + 1024
     assert whole.startswith(bounded)
-    assert body_blocks(orjson.dumps(many), 512) == block_hashes(whole, 512)
+    assert body_blocks(orjson.dumps(many), 512) == block_hashes(b"model:m\x00" + whole, 512)
     # The same for one huge string prompt, and for short bodies (nothing cut).
     text = {"model": "m", "prompt": "é" * (3 * limit)}
     assert prompt_bytes(text).startswith(prompt_bytes(text, limit))
@@ -382,7 +382,7 @@ def test_a_fallback_routed_by_prefix_gets_blocks_of_its_own_size() -> None:
     plan = router.plan(route)
     blocks, size = _prompt_blocks(Call(), plan)  # type: ignore[arg-type]
     assert size == 256
-    assert blocks == body_blocks(orjson.dumps(body), 256)
+    assert blocks == body_blocks(orjson.dumps({**body, "model": "f"}), 256)
     f, g = router.pool("f"), router.pool("g")
     assert f is not None
     assert g is not None
@@ -427,3 +427,14 @@ def test_a_removed_endpoint_loses_its_conversations_and_does_not_win_them_back()
     pool.confirm(new)
     assert [turn() for _ in range(3)] == [other] * 3
     assert set(router.prefix_endpoints()) == set(urls)
+
+
+def test_the_same_prompt_for_another_model_shares_no_block() -> None:
+    """An endpoint serving two models (or LoRA adapters) caches each one's prompts apart."""
+    prompt = {"messages": [{"role": "system", "content": "You are terse. " * 40}]}
+    base = body_blocks(orjson.dumps({"model": "base", **prompt}), 64)
+    adapter = body_blocks(orjson.dumps({"model": "base-lora", **prompt}), 64)
+    again = body_blocks(orjson.dumps({"model": "base", **prompt}), 64)
+    assert base == again
+    assert len(base) == len(adapter) > 1
+    assert not set(base) & set(adapter)
