@@ -286,6 +286,9 @@ class PoolShare:
                             self._sending = False
                     else:
                         self._dropped(updates)
+                # At most one update per BATCH_S per pool: under load the next batch gathers
+                # what arrived meanwhile instead of a round trip per request.
+                await asyncio.sleep(BATCH_S)
                 if self._pending:
                     continue
                 if not self._active():
@@ -294,6 +297,7 @@ class PoolShare:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(HEARTBEAT_S):
                         await wake.wait()
+                        await asyncio.sleep(BATCH_S)
         finally:
             self._task = self._wake = None
 
