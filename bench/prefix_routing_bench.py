@@ -8,12 +8,18 @@ Upstream, all in one event loop; the prompt blocks are hashed as the pipeline do
 - shared: 8 system prompts (~600 tokens) and multi-turn conversations (8 turns, each ~60 tokens
   from the user and 96 from the engine, 0.1-0.6 s apart); TTFT is the first streamed token as the
   client sees it;
-- unique: single prompts that share nothing (~1,500 random tokens).
+- unique: single prompts that share nothing (~1,500 random tokens);
+- agent: coding-agent sessions (gateway/routing/session.py): one large prefix every session shares
+  (~3,000 tokens of system prompt and tool definitions, as Claude Code's or Codex's), then
+  growing turns (each ~40 tokens from the user plus a ~200-token tool result), several sessions at
+  once, each sending its session id as an agent does; `same engine` is the share of follow-up
+  turns served by the engine that served the session's previous turn.
 
 prefix_affinity runs with several `max_extra_load` values: the sweep behind the default.
 
     .venv/bin/python bench/prefix_routing_bench.py           # about 2 minutes
     .venv/bin/python bench/prefix_routing_bench.py --quick   # about 1 minute
+    .venv/bin/python bench/prefix_routing_bench.py --quick --workload agent
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ TURNS = 8
 NEW_TOKENS = 60  # a user's message; the engine answers OUTPUT_TOKENS
 OUTPUT_TOKENS = 96
 SYSTEM_PROMPTS = 8
+AGENT_PREFIX_TOKENS = 3000  # an agent's system prompt and tools: the same for every session
+TOOL_RESULT_TOKENS = 200
 WORDS = [f"w{i:03d}" for i in range(1000)]  # ~1 token each (4 bytes + a space ~ 1.25 tokens)
 
 
@@ -76,6 +84,8 @@ class Result:
     elapsed: float = 0.0
     hit_tokens: int = 0
     query_tokens: int = 0
+    follow_ups: int = 0  # turns after a conversation's first
+    same_engine: int = 0  # of those, served by the engine that served the turn before
 
     def merged(self, other: Result) -> Result:
         return Result(
@@ -84,21 +94,24 @@ class Result:
             self.elapsed + other.elapsed,
             self.hit_tokens + other.hit_tokens,
             self.query_tokens + other.query_tokens,
+            self.follow_ups + other.follow_ups,
+            self.same_engine + other.same_engine,
         )
 
     def row(self, name: str) -> str:
         t = sorted(self.ttft)
         p50, p99 = statistics.median(t), t[int(0.99 * (len(t) - 1))]
         hit = self.hit_tokens / max(self.query_tokens, 1)
+        same = f"{100 * self.same_engine / self.follow_ups:6.1f} %" if self.follow_ups else f"{'-':>8}"
         return (
             f"{name:>33} | {self.requests:6d} | {self.requests / self.elapsed:7.1f} | {1000 * p50:8.1f} | "
-            f"{1000 * p99:8.1f} | {100 * hit:6.1f} %"
+            f"{1000 * p99:8.1f} | {100 * hit:6.1f} % | {same}"
         )
 
 
 HEADER = (
-    f"{'policy':>33} | {'reqs':>6} | {'req/s':>7} | {'TTFT p50':>8} | {'TTFT p99':>8} | engine hits\n"
-    f"{'':>33} | {'':>6} | {'':>7} | {'ms':>8} | {'ms':>8} |"
+    f"{'policy':>33} | {'reqs':>6} | {'req/s':>7} | {'TTFT p50':>8} | {'TTFT p99':>8} | engine hits | "
+    f"same engine\n{'':>33} | {'':>6} | {'':>7} | {'ms':>8} | {'ms':>8} |"
 )
 
 
@@ -140,12 +153,14 @@ async def _phase(policy: str, max_extra_load: float, workload: str, rounds: int,
     loop = asyncio.get_running_loop()
     rng = random.Random(seed)
     systems = [f"System prompt {i}. " + _text(rng, 600) for i in range(SYSTEM_PROMPTS)]
+    agent_prefix = "You are a coding agent. Tools: " + _text(rng, AGENT_PREFIX_TOKENS)
     result = Result()
     await asyncio.sleep(0.6)  # a scrape round, as a running gateway would have had
     started = loop.time()
 
-    async def send(messages: list[dict[str, str]], user: str) -> str:
-        """Sends one turn; returns the answer's text (the next turn's history)."""
+    async def send(messages: list[dict[str, str]], user: str, *, session: bool = False) -> tuple[str, str]:
+        """Sends one turn; returns the answer's text (the next turn's history) and the engine's
+        URL. `session`: `user` is an agent's session id (a header), as the pipeline reads it."""
         body = orjson.dumps({"model": "m", "messages": messages, "stream": True})
         blocks = body_blocks(body, DEFAULT_BLOCK_BYTES) if prefix else ()
         t0 = loop.time()
@@ -154,7 +169,9 @@ async def _phase(policy: str, max_extra_load: float, workload: str, rounds: int,
             "/v1/chat/completions",
             lambda pool: body,
             headers,
-            RouteRequest("m", user=user, blocks=blocks),
+            RouteRequest("m", session_id=user, team="bench", blocks=blocks)
+            if session
+            else RouteRequest("m", user=user, blocks=blocks),
             head_deadline=t0 + 60,
             stream=True,
         )
@@ -165,7 +182,7 @@ async def _phase(policy: str, max_extra_load: float, workload: str, rounds: int,
         rest = await response.response.read()
         response.release()
         result.requests += 1
-        return _answer(first + rest)
+        return _answer(first + rest), response.endpoint.url
 
     async def user(n: int) -> None:
         own = random.Random(seed * 1000 + n)
@@ -175,10 +192,19 @@ async def _phase(policy: str, max_extra_load: float, workload: str, rounds: int,
                 await send([{"role": "user", "content": f"{name} " + _text(own, 1500)}], name)
                 await asyncio.sleep(own.uniform(*THINK_S))
                 continue
-            messages = [{"role": "system", "content": own.choice(systems)}]
+            agent = workload == "agent"
+            messages = [{"role": "system", "content": agent_prefix if agent else own.choice(systems)}]
+            previous = None
             for turn in range(TURNS):
-                messages.append({"role": "user", "content": f"{name} turn {turn}: " + _text(own, NEW_TOKENS)})
-                answer = await send(messages, name)
+                said = f"{name} turn {turn}: " + _text(own, 40 if agent else NEW_TOKENS)
+                if agent and turn:
+                    said += " tool result: " + _text(own, TOOL_RESULT_TOKENS)
+                messages.append({"role": "user", "content": said})
+                answer, engine = await send(messages, name, session=agent)
+                if previous is not None:
+                    result.follow_ups += 1
+                    result.same_engine += engine == previous
+                previous = engine
                 await asyncio.sleep(own.uniform(*THINK_S))
                 messages.append({"role": "assistant", "content": answer})
 
@@ -194,25 +220,31 @@ async def _phase(policy: str, max_extra_load: float, workload: str, rounds: int,
     return result
 
 
-async def _main(rounds: int, sweep: list[float]) -> None:
+async def _main(rounds: int, sweep: list[float], workloads: list[str]) -> None:
     print(
         f"{ENGINES} simulated engines (8 running each, 2,048-block KV cache; TTFT 4 ms + 0.2 ms per "
         f"uncached token; 2 ms + 0.25 ms x batch per output token), {USERS} users; shared: "
         f"{rounds} conversations of {TURNS} turns each per user, unique: {8 * rounds} prompts each",
         flush=True,
     )
-    for workload in ("shared", "unique"):
+    for workload in workloads:
         print(f"\nworkload: {workload}\n{HEADER}", flush=True)
         runs: dict[str, Result] = {}
         policies = [("least_outstanding", 0.0), ("least_loaded", 0.0), ("session_affinity", 0.0)]
         policies += [("prefix_affinity", t) for t in sweep]
+        if workload == "agent":
+            policies = [
+                ("least_loaded", 0.0),
+                ("session_affinity", 0.0),
+                ("prefix_affinity", DEFAULT_THRESHOLD),
+            ]
         if workload == "unique":
             # The two make the same choices here: what differs is noise, so each runs twice,
             # interleaved, and the comparison is of the pooled runs.
             policies = [("least_loaded", 0.0), ("prefix_affinity", DEFAULT_THRESHOLD)] * 2
         for policy, threshold in policies:
             name = policy if policy != "prefix_affinity" else f"prefix_affinity ({threshold:g})"
-            count = rounds if workload == "shared" else 8 * rounds
+            count = 8 * rounds if workload == "unique" else rounds
             run = await _phase(policy, threshold, workload, count, seed=11)
             print(run.row(name), flush=True)
             runs[name] = runs[name].merged(run) if name in runs else run
@@ -236,8 +268,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="1 conversation per user instead of 2")
     parser.add_argument("--sweep", default="2,8,32", help="max_extra_load values for prefix_affinity")
+    parser.add_argument("--workload", default="shared,unique,agent", help="which workloads, comma-separated")
     args = parser.parse_args()
-    asyncio.run(_main(1 if args.quick else 2, [float(v) for v in args.sweep.split(",")]))
+    sweep = [float(v) for v in args.sweep.split(",")]
+    asyncio.run(_main(1 if args.quick else 2, sweep, args.workload.split(",")))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,9 @@ log = logging.getLogger("sluicegate.app")
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
+    ctx = request.scope.get("state", {}).get("ctx")
+    if ctx is not None:
+        ctx.answered_with(exc)  # the access log says why
     return exc.response()
 
 

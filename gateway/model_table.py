@@ -133,6 +133,20 @@ class ModelConfig:
     protocols: Protocols = field(default_factory=Protocols)
     # The workers serve vLLM's `POST /tokenize`: Anthropic's count_tokens asks them, not the estimate.
     tokenize: bool = False
+    # Hosted tools a translated request names (web_search, code_interpreter, ...): the worker runs
+    # none of them. `drop` serves the request without them (said in x-sluicegate-ignored);
+    # `refuse` answers 400 instead, for a team that would rather know.
+    hosted_tools: str = "drop"
+    # Native pools: apply the translation's normalisation to the forwarded body too (a later
+    # system message folded into a user turn; Responses namespace tools flattened, hosted tools
+    # dropped), for engines or chat templates that refuse those shapes.
+    native_normalise: bool = False
+    # Output caps (gateway/limits/output.py): the most one answer may generate; the model's
+    # context (None: the smallest `max_model_len` its workers report in /v1/models); the cap of a
+    # request that sets none (None: SLUICEGATE_DEFAULT_MAX_TOKENS).
+    max_output_tokens: int | None = None
+    context_window: int | None = None
+    default_max_tokens: int | None = None
 
     @property
     def wire_model(self) -> str:
@@ -240,6 +254,9 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         "continuous_usage",
         "protocols",
         "tokenize",
+        "hosted_tools",
+        "native_normalise",
+        *_OUTPUT_FIELDS,
     }
     _require_mapping(raw, where, allowed=allowed | _TARGET_FIELDS)
     if "name" not in raw:
@@ -272,7 +289,32 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         continuous_usage=_bool(raw.get("continuous_usage", True), f"{where}.continuous_usage"),
         protocols=_parse_protocols(raw.get("protocols", {}), f"{where}.protocols"),
         tokenize=_bool(raw.get("tokenize", False), f"{where}.tokenize"),
+        hosted_tools=_hosted_tools(raw.get("hosted_tools", "drop"), f"{where}.hosted_tools"),
+        native_normalise=_bool(raw.get("native_normalise", False), f"{where}.native_normalise"),
+        max_output_tokens=_token_count(raw.get("max_output_tokens"), f"{where}.max_output_tokens"),
+        context_window=_token_count(raw.get("context_window"), f"{where}.context_window"),
+        default_max_tokens=_token_count(raw.get("default_max_tokens"), f"{where}.default_max_tokens"),
     )
+
+
+_OUTPUT_FIELDS = ("max_output_tokens", "context_window", "default_max_tokens")
+# What a request's token fields may hold (gateway.proxy.usage.MAX_TOKENS): a larger setting is a typo.
+_MAX_TOKENS = 2**31 - 1
+
+
+def _token_count(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    count: int = _number(value, where, whole=True)
+    if count > _MAX_TOKENS:
+        raise ConfigError(f"{where}: must be at most {_MAX_TOKENS}")
+    return count
+
+
+def _hosted_tools(value: Any, where: str) -> str:
+    if value not in ("drop", "refuse"):
+        raise ConfigError(f"{where}: expected drop or refuse")
+    return str(value)
 
 
 def _parse_protocols(raw: Any, where: str) -> Protocols:

@@ -126,11 +126,35 @@ stream = client.chat.completions.create(model="{DEMO_MODEL}", messages={_HELLO},
 for chunk in stream:
     print(chunk.choices[0].delta.content or "", end="", flush=True)
 
+Coding agents (docs/agents.md has every agent's settings). Claude Code:
+
+  ANTHROPIC_BASE_URL={base} ANTHROPIC_AUTH_TOKEN={key} \\
+    ANTHROPIC_MODEL={DEMO_MODEL} ANTHROPIC_DEFAULT_HAIKU_MODEL={DEMO_MODEL} claude
+
+Codex CLI: save this as ~/.codex/sluicegate.config.toml, then run
+  SLUICEGATE_API_KEY={key} codex -p sluicegate
+
+{codex_profile(base, DEMO_MODEL)}
 Admin commands (in another shell):
 
   export SLUICEGATE_URL={base} SLUICEGATE_ADMIN_TOKEN={admin}
   {cli} keys create --team {DEMO_TEAM} --rpm 60
   {cli} usage --team {DEMO_TEAM}
+"""
+
+
+def codex_profile(base: str, model: str) -> str:
+    """A Codex CLI profile (`codex -p sluicegate`) that reaches the gateway: Codex speaks only the
+    Responses API, and without a context window it warns that it knows nothing of the model."""
+    return f"""model = "{model}"
+model_provider = "sluicegate"
+model_context_window = 32768
+
+[model_providers.sluicegate]
+name = "Sluicegate"
+base_url = "{base}/v1"
+env_key = "SLUICEGATE_API_KEY"
+wire_api = "responses"
 """
 
 

@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.drain import Drain
 from gateway.errors import ErrorCode, GatewayError
-from gateway.observability.logs import Fields, loggable
+from gateway.observability.logs import Fields, loggable, redact
 from gateway.observability.metrics import UNKNOWN_MODEL, Metrics
 from gateway.observability.tracing import Tracing
 from gateway.proxy.context import RequestContext, client_request_id, new_request_id
@@ -27,14 +27,28 @@ _QUIET_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
 # ...except in a model name, where the OpenAI SDK encodes a `/` (`models.retrieve("org/model")`):
 # behind this raw prefix, the decoded path can only reach the model route, whatever follows.
 _MODEL_PATH = b"/v1/models/"
-# The text line: what it always said, then the worker endpoint. A JSON line carries every field.
+# The text line: what it always said, the worker endpoint, then why a request was refused and
+# who sent it (a value with a space or a quote is quoted, gateway/observability/logs.py). A JSON
+# line carries every field.
 _ACCESS_TEXT = (
     "request_id=%(request_id)s client_request_id=%(client_request_id)s api=%(api)s method=%(method)s "
     "path=%(path)s status=%(status)d duration_ms=%(duration_ms).1f model=%(model)s team=%(team)s "
     "key_id=%(key_id)s prompt_tokens=%(prompt_tokens)d completion_tokens=%(completion_tokens)d "
-    "outcome=%(outcome)s endpoint=%(endpoint)s"
+    "outcome=%(outcome)s endpoint=%(endpoint)s requested_model=%(requested_model)s "
+    "error=%(error)s param=%(param)s session=%(session)s user_agent=%(user_agent)s"
 )
-_MAX_USER_AGENT = 256
+_MAX_CLIENT_TEXT = 256
+# More than a key's length (`sk-sg-` and 43 characters).
+_KEY_SLACK = 64
+
+
+def _client_text(text: str) -> str | None:
+    """Text a client chose, fit for a log line: bounded, escaped, any key in it redacted. The
+    redaction comes before the bound: a key cut through would leave a piece its pattern no longer
+    knows (a piece that starts past the slack is cut off whole)."""
+    if not text:
+        return None
+    return redact(loggable(text[: _MAX_CLIENT_TEXT + _KEY_SLACK]))[:_MAX_CLIENT_TEXT]
 
 
 def _hides_a_separator(raw_path: bytes) -> bool:
@@ -84,6 +98,7 @@ class RequestContextMiddleware:
                     ErrorCode.INVALID_REQUEST,
                     "The path must not be percent-encoded (except a model name under /v1/models/).",
                 )
+                ctx.answered_with(refusal)
                 await refusal.response()(scope, receive, send_with_id)
                 return
             await self.app(scope, receive, send_with_id)
@@ -93,7 +108,9 @@ class RequestContextMiddleware:
             # The drain's cut reached a request before its answer began (the pipeline answers its
             # own in its API's envelope; this is every other route).
             if ctx.status == 0:
-                await self.drain.error().response()(scope, receive, send_with_id)
+                cut = self.drain.error()
+                ctx.answered_with(cut)
+                await cut.response()(scope, receive, send_with_id)
         finally:
             self._finish(scope, ctx)
 
@@ -121,7 +138,7 @@ class RequestContextMiddleware:
         user_agent = None
         for name, value in scope["headers"]:
             if name == b"user-agent":
-                user_agent = loggable(value.decode("latin-1")[:_MAX_USER_AGENT])
+                user_agent = _client_text(value.decode("latin-1"))
                 break
         return Fields(
             request_id=ctx.request_id,
@@ -144,4 +161,13 @@ class RequestContextMiddleware:
             limit=None if ctx.refused_by is None else "/".join(reversed(ctx.refused_by)),
             client=loggable(self.forwarding.client_address(scope)) or None,
             user_agent=user_agent,
+            # The body's model as the client wrote it, even when it named no model we serve (a
+            # client that pastes its key there finds it redacted, not logged).
+            requested_model=_client_text(ctx.requested_model),
+            # The code and param of the error the client was answered with (a code the gateway
+            # chose; a param from the parsers, which may quote a client's field name).
+            error=ctx.error_code or None,
+            param=_client_text(ctx.error_param),
+            # Which header or field placed it (never the value: an agent's session id).
+            session=ctx.session_source or None,
         )

@@ -96,15 +96,9 @@ def responses_body() -> Schema:
     are refused on translated pools."""
     stored_only = {"type": "null", "description": "Needs a stored response: refused on translated pools."}
     string_or_null = nullable({"type": "string"})
-    function_tool = {
-        "type": "object",
-        "required": ["type", "name"],
-        "properties": {
-            "type": {"const": "function"},
-            "name": {"type": "string", "minLength": 1},
-            "parameters": nullable({"type": "object"}),
-        },
-    }
+    # Function and namespace tools are served; hosted ones (web_search...) are dropped, or refused
+    # where the model says `hosted_tools: refuse` (gateway.proxy.dialects.tool_names).
+    function_tool = {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}}}
     named_function = {
         "type": "object",
         "required": ["type", "name"],
@@ -363,7 +357,8 @@ def anthropic_messages_body(*, needs_max_tokens: bool) -> Schema:
                 "type": "object",
                 "required": ["role", "content"],
                 "properties": {
-                    "role": {"enum": ["user", "assistant"]},
+                    # system / developer anywhere: folded into what chat templates accept.
+                    "role": {"enum": ["user", "assistant", "system", "developer"]},
                     "content": {"anyOf": [{"type": "string"}, {"type": "array"}]},
                 },
             },

@@ -4,8 +4,13 @@ in one Redis round trip; settled with the real usage by gateway/redis/lua/settle
 
 A limit of N per minute allows a burst of N and then one unit per 60/N s (GCRA, the smooth
 equivalent of a sliding window). Token limits and budgets charge a reservation at admission (the
-prompt estimate plus `max_tokens` or the default cap) and settle the difference afterwards, so a
-stream overshoots a limit by at most its own reservation error.
+prompt estimate plus the output cap, gateway/limits/output.py) and settle the difference
+afterwards, so a stream overshoots a limit by at most its own reservation error.
+
+An output cap larger than a token limit or budget can take now does not refuse the request: the
+script grants the largest output that fits every limit (a multiple of the answers asked for), the
+worker gets that as its cap, and that is what is charged. Only a prompt that cannot be admitted
+with `MIN_OUTPUT` tokens of output is refused: a 429 to retry, or a 400 when no wait would do.
 """
 
 from __future__ import annotations
@@ -46,6 +51,9 @@ class LimitKind(enum.Enum):
 
 # A slot outlives a replica that died mid-request by this much at most.
 CONCURRENCY_LEASE_S = 900.0
+# The least output per answer worth admitting a request for (or all it asked, if less): below
+# this a turn would end before it said anything, so the request waits (429) instead.
+MIN_OUTPUT = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +92,22 @@ class LimitState:
 
 @dataclass(frozen=True, slots=True)
 class Admission:
+    """`reservation`: what was charged (the output granted, which may be less than asked); on a
+    refusal, the least that would have been admitted."""
+
     allowed: bool
     states: tuple[LimitState, ...]
     denied_by: LimitState | None
     request_id: str = ""
     reservation: Reservation = Reservation(0, 0)
+    bounded_by: LimitState | None = None  # the limit that granted less output than asked
+
+    @property
+    def limited_by(self) -> str | None:
+        """Why the output granted is less than asked (x-sluicegate-max-tokens-limited-by)."""
+        if self.bounded_by is None:
+            return None
+        return "budget" if self.bounded_by.limit.kind is LimitKind.BUDGET else "tokens_per_minute"
 
     def tightest(self, kind: LimitKind) -> LimitState | None:
         """The state a client should see for one kind of limit: the one that refused, else the
@@ -107,14 +126,17 @@ class Admission:
     def error(self) -> GatewayError:
         assert self.denied_by is not None
         limit = self.denied_by.limit
-        if limit.kind is LimitKind.TOKENS and self.reservation.tokens(limit.counts) > limit.amount:
-            # No wait makes this request fit: a 429 would only send SDKs into retries.
+        needed = self.reservation.tokens(limit.counts)
+        if limit.kind is LimitKind.TOKENS and needed > limit.amount:
+            # No wait makes this request fit: a 429 would only send SDKs into retries. (A budget
+            # stays a 429 insufficient_quota: its owner can raise it, and the next period renews it.)
+            setting = f" ('{limit.name}')" if limit.name else ""
             return GatewayError(
                 ErrorCode.INVALID_REQUEST,
-                f"This request reserves {self.reservation.tokens(limit.counts)} tokens (its prompt and "
-                f"max_tokens for every answer), more than {limit.description} allows at once "
-                f"({limit.amount}): lower max_tokens.",
-                param="max_tokens",
+                f"This request needs at least {needed} tokens (its prompt, about "
+                f"{self.reservation.prompt_tokens}, and {self.reservation.completion_tokens} of output), "
+                f"more than {limit.description}{setting} allows at once ({limit.amount}): "
+                "shorten the prompt.",
             )
         retry_after = max(1, math.ceil(self.denied_by.retry_after_s))
         headers = {"retry-after": str(retry_after)}
@@ -156,7 +178,18 @@ class Admission:
         return out
 
 
-NOTHING_TO_ADMIT = Admission(allowed=True, states=(), denied_by=None)
+def unlimited(reservation: Reservation) -> Admission:
+    """An admission that charged nothing (no limits, or Redis away with fail-open): the output
+    asked is granted whole."""
+    return Admission(allowed=True, states=(), denied_by=None, reservation=reservation)
+
+
+def script_costs(limit: Limit, prompt: int) -> tuple[int, int]:
+    """(fixed cost, 1 if the output counts too) of one limit in admit.lua."""
+    if limit.kind in (LimitKind.REQUESTS, LimitKind.CONCURRENCY):
+        return 1, 0
+    counts = TokenCount.TOTAL if limit.kind is LimitKind.BUDGET else limit.counts
+    return (0 if counts is TokenCount.OUTPUT else prompt), (0 if counts is TokenCount.INPUT else 1)
 
 
 def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> list[Limit]:
@@ -282,20 +315,29 @@ class RateLimiter:
         self._timeout_s = timeout_s
         self._fail_open = fail_open
 
-    def _unavailable(self) -> Admission:
+    def _unavailable(self, reservation: Reservation) -> Admission:
         if self._fail_open:
             # Configured to serve rather than refuse while Redis is away: nothing was charged,
             # so nothing will be settled either.
             self._metrics.admitted_without_limits.inc()
-            return NOTHING_TO_ADMIT
+            return unlimited(reservation)
         raise GatewayError(ErrorCode.REDIS_UNAVAILABLE, "The rate limiter is unavailable; try again shortly.")
 
-    def _void(self, team: str, limits: Sequence[Limit], request_id: str, reservation: Reservation) -> None:
+    def _void(self, team: str, limits: Sequence[Limit], request_id: str, prompt: int) -> None:
         """The script may have run and charged everything even though its reply never came: a
         void settlement gives it all back once Redis answers again, if (and only if) the
-        admission marker says it was charged."""
-        states = tuple(LimitState(limit, 0, 0.0, 0.0) for limit in limits)
-        charged = Admission(True, states, None, request_id=request_id, reservation=reservation)
+        admission marker says it was charged. The marker holds the output granted, which this
+        side never learnt: settle.lua adds it where a limit counts output (the ":1")."""
+        settlements: list[tuple[str, str, str]] = []
+        for limit in limits:
+            if limit.kind is LimitKind.CONCURRENCY:
+                settlements.append((limit.redis_key, limit.kind.script_kind, request_id))
+            elif limit.kind in (LimitKind.TOKENS, LimitKind.BUDGET):
+                fixed, counts_output = script_costs(limit, prompt)
+                amount = f"{fixed}:1" if counts_output else str(fixed)
+                if limit.kind is LimitKind.TOKENS:
+                    amount = f"{limit.period_s / limit.amount!r}:{amount}"
+                settlements.append((limit.redis_key, limit.kind.script_kind, amount))
         self._compensator.submit(
             UsageRecord(
                 request_id=request_id,
@@ -307,28 +349,35 @@ class RateLimiter:
                 error=False,
                 disconnected=False,
                 day=UsageRecord.today(),
-                settlements=tuple(charged.settlements(0, 0)),
+                settlements=tuple(settlements),
                 void=True,
             )
         )
 
     async def admit(
-        self, team: str, limits: Sequence[Limit], request_id: str, reservation: Reservation
+        self,
+        team: str,
+        limits: Sequence[Limit],
+        request_id: str,
+        reservation: Reservation,
+        *,
+        least: int | None = None,
+        step: int = 1,
     ) -> Admission:
+        """Admits with the largest output from `least` (default: all asked) up to the
+        reservation's, in multiples of `step` (the answers asked for, each with its own cap)."""
         if not limits:
-            return NOTHING_TO_ADMIT
-        args: list[str | int | float] = [request_id]
+            return unlimited(reservation)
+        asked = reservation.completion_tokens
+        least = asked if least is None else min(least, asked)
+        prompt = reservation.prompt_tokens
+        args: list[str | int | float] = [request_id, asked, least, max(1, step)]
         for limit in limits:
-            kind = limit.kind
-            if kind is LimitKind.CONCURRENCY:
-                args += (kind.script_kind, limit.amount, CONCURRENCY_LEASE_S, 0)
-            elif kind is LimitKind.BUDGET:
-                args += (kind.script_kind, limit.amount, reservation.tokens(TokenCount.TOTAL), limit.period_s)
-            else:
-                cost = 1 if kind is LimitKind.REQUESTS else reservation.tokens(limit.counts)
-                args += (kind.script_kind, limit.amount, limit.period_s, cost)
+            period = CONCURRENCY_LEASE_S if limit.kind is LimitKind.CONCURRENCY else limit.period_s
+            args += (limit.kind.script_kind, limit.amount, period, *script_costs(limit, prompt))
         if self._breaker.open:
-            return self._unavailable()  # a call moments ago failed: do not wait out another timeout
+            # A call moments ago failed: do not wait out another timeout.
+            return self._unavailable(reservation)
         try:
             async with asyncio.timeout(self._timeout_s):
                 reply = await self._script(
@@ -340,22 +389,23 @@ class RateLimiter:
                 )
         except (RedisError, TimeoutError):
             self._breaker.trip()
-            self._void(team, limits, request_id, reservation)
-            return self._unavailable()
+            self._void(team, limits, request_id, prompt)
+            return self._unavailable(reservation)
         except asyncio.CancelledError:
             # Cut (the gateway shutting down) while the script ran: no settlement will follow, so
             # what it may have charged is given back the same way.
-            self._void(team, limits, request_id, reservation)
+            self._void(team, limits, request_id, prompt)
             raise
         states = tuple(
-            LimitState(limit, int(reply[2 + i * 3]), float(reply[3 + i * 3]), float(reply[4 + i * 3]))
+            LimitState(limit, int(reply[4 + i * 3]), float(reply[5 + i * 3]), float(reply[6 + i * 3]))
             for i, limit in enumerate(limits)
         )
-        denied_index = int(reply[1])
+        allowed, denied_index, bounded_index = bool(int(reply[0])), int(reply[1]), int(reply[3])
         return Admission(
-            allowed=bool(int(reply[0])),
+            allowed=allowed,
             states=states,
             denied_by=states[denied_index - 1] if denied_index else None,
             request_id=request_id,
-            reservation=reservation,
+            reservation=Reservation(prompt, int(reply[2]) if allowed else least),
+            bounded_by=states[bounded_index - 1] if bounded_index else None,
         )

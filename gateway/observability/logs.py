@@ -21,6 +21,7 @@ from gateway.keys.store import SECRET_RE
 
 LOG_FORMATS = ("text", "json")
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[^\s\"',]+")
+_NEEDS_QUOTES = re.compile(r"[\s\"=]")
 
 
 def loggable(text: str) -> str:
@@ -34,11 +35,17 @@ def redact(text: str) -> str:
 
 
 class Fields(dict[str, Any]):
-    """A structured record's fields: in a text line, a missing value (None) reads as `-`."""
+    """A structured record's fields: in a text line, a missing value (None) reads as `-`, and a
+    string with a space, a quote or a `=` in it is written quoted (`user_agent="curl/8 (x)"`), so
+    a `key=value` line still splits into its fields. (A JSON line reads the raw values.)"""
 
     def __getitem__(self, name: str) -> Any:
         value = super().__getitem__(name)
-        return "-" if value is None else value
+        if value is None:
+            return "-"
+        if isinstance(value, str) and _NEEDS_QUOTES.search(value):
+            return json.dumps(value, ensure_ascii=True)
+        return value
 
 
 class RedactingFormatter(logging.Formatter):

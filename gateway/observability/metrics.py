@@ -199,6 +199,13 @@ class Metrics:
             ["model", "fallback"],
             registry=r,
         )
+        self.ignored_fields = Counter(
+            "sluicegate_ignored_fields_total",
+            "Parts of a client's request the translation to the worker dropped (a field, a hosted "
+            "tool, a content block), by client API and field; names it does not know are 'other'.",
+            ["api", "field"],
+            registry=r,
+        )
         self.routing_decision = Histogram(
             "sluicegate_routing_decision_seconds",
             "Time the routing policy took to pick an endpoint.",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from starlette.types import Scope
 
 if TYPE_CHECKING:
+    from gateway.errors import GatewayError
     from gateway.observability.tracing import RequestTrace
 
 _CLIENT_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -55,7 +56,22 @@ class RequestContext:
     ttft_ms: float | None = None  # a stream's first output, from the request's start
     finish_reason: str = ""
     refused_by: tuple[str, str] | None = None  # (limit, scope) of the limit that refused: a 429
+    # For the access log: the model the body named, as soon as it is parsed (`model` is only set
+    # once the name resolves, and is a metric label, so it is never the client's raw text)...
+    requested_model: str = ""
+    # ...the code and param of the error the client got (a refusal, or a failure before the
+    # answer began), and which session value placed the request (gateway/routing/session.py).
+    error_code: str = ""
+    error_param: str = ""
+    session_id: str | None = None
+    session_source: str = ""
     trace: RequestTrace | None = None  # None unless tracing is on (gateway/observability/tracing.py)
+    ignored: tuple[str, ...] = ()  # what the translation dropped (gateway.proxy.dialects.ignored)
+
+    def answered_with(self, error: GatewayError) -> None:
+        """Notes the error the client is answered with, for the access log."""
+        self.error_code = error.code.wire_code
+        self.error_param = error.param or ""
 
     @staticmethod
     def of(scope: Scope) -> RequestContext:

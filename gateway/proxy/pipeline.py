@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +29,15 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.auth import Authenticator, Principal
 from gateway.limits import admission as limits
 from gateway.limits.admission import Admission, RateLimiter
+from gateway.limits.output import OutputCap
 from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
 from gateway.proxy.context import CLIENT_CLOSED, RequestContext
-from gateway.proxy.dialects.base import Call, Dialect
+from gateway.proxy.dialects import ignored, model_rules
+from gateway.proxy.dialects.base import Call, CallT, Dialect
 from gateway.proxy.disconnect import ClientWatch, client_abort
 from gateway.proxy.forwarding import Forwarding
+from gateway.proxy.output_caps import OutputCaps
 from gateway.proxy.relay import STREAM_HEADERS, StreamRelay, read_whole
 from gateway.proxy.settlement import Settlement, Submitter
 from gateway.proxy.upstream import Upstream, UpstreamResponse
@@ -46,13 +49,13 @@ from gateway.routing.policy import RouteRequest
 from gateway.routing.pool import Pool
 from gateway.routing.prefix import body_blocks
 from gateway.routing.router import ModelRoute, Router
+from gateway.routing.session import session_of
 from gateway.routing.share import ShareTicket
 from gateway.routing.stored_responses import Holder, StoredResponses
 
 _MAX_ANSWER_BYTES = 64 * 1024 * 1024
 # Names the model that answered: the one asked for, or the fallback that stood in for it.
 MODEL_HEADER = "x-sluicegate-model"
-SESSION_HEADER = "x-session-id"
 
 
 async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes:
@@ -92,6 +95,7 @@ class Admitted:
     requested: ModelRoute
     admission: Admission
     holder: Holder | None  # where what the call continues is kept
+    cap: OutputCap  # what the worker may generate per answer: what admission granted
 
 
 class Pipeline:
@@ -117,12 +121,14 @@ class Pipeline:
         self._limiter = limiter
         self._router = router
         self._upstream = upstream
+        self._caps = OutputCaps(upstream, settings.default_max_tokens)
         self._meter = meter
         self._metrics = metrics
 
     async def serve(self, dialect: Dialect[Any], scope: Scope, receive: Receive, send: Send) -> None:
         ctx = RequestContext.of(scope)
         ctx.api = dialect.name
+        send = ignored.announcing(ctx, send)  # x-sluicegate-ignored on every answer
         try:
             await self._serve(dialect, ctx, scope, receive, send)
         except asyncio.CancelledError:
@@ -130,7 +136,9 @@ class Pipeline:
                 raise
             # Cut by the drain before its answer began (a begun stream ends itself in the relay).
             if ctx.status == 0:
-                await dialect.error_response(self._drain.error())(scope, receive, send)
+                cut = self._drain.error()
+                ctx.answered_with(cut)
+                await dialect.error_response(cut)(scope, receive, send)
 
     async def _serve(
         self, dialect: Dialect[Any], ctx: RequestContext, scope: Scope, receive: Receive, send: Send
@@ -138,6 +146,7 @@ class Pipeline:
         try:
             admitted = await self._admit(dialect, Request(scope, receive), ctx)
         except GatewayError as error:
+            ctx.answered_with(error)
             await dialect.error_response(error)(scope, receive, send)
             return
         except ClientDisconnect:
@@ -156,7 +165,8 @@ class Pipeline:
         except GatewayError as error:
             # Only raised before the answer began: the relay ends a begun stream itself.
             settlement.outcome.failed = True
-            error.headers.update(dialect.limit_headers(admitted.admission))
+            error.headers.update({**dialect.limit_headers(admitted.admission), **admitted.cap.headers()})
+            ctx.answered_with(error)
             await dialect.error_response(error)(scope, receive, send)
         except BaseException:
             settlement.outcome.failed = True  # a bug, or cancelled at shutdown
@@ -171,7 +181,7 @@ class Pipeline:
         key = principal.key
         ctx.team, ctx.key_id = key.team, key.id
         body = await read_body(request, self._settings.max_body_bytes, self._settings.body_timeout_s)
-        call = dialect.parse(body, self._router.native_models(dialect.name))
+        call = _parse(dialect, body, self._router.native_models(dialect.name), ctx, request)
         requested = self._router.resolve(call.model)
         if requested is None:
             raise GatewayError(
@@ -186,25 +196,30 @@ class Pipeline:
                 f"This API key may not use the model '{sanitised(call.model)}'.",
                 param="model",
             )
+        call = model_rules.apply(call, requested.model)  # native_normalise, hosted_tools
+        ignored.record(ctx, dialect.name, call.ignored, self._metrics)
         holder = await self._holder(call.continues, key.team, ctx.model)
         planned = limits.plan(
             key.team, principal.team_limits, key.id, key.limits, ctx.model, dt.datetime.now(dt.UTC)
         )
-        reservation = call.reservation(self._settings.default_max_tokens)
+        cap = await self._caps.before_admission(call, requested)
+        reservation = cap.reservation(call.estimated_prompt_tokens())
         with tracing.phase(ctx.trace, "admit"):
-            admission = await self._limiter.admit(key.team, planned, ctx.request_id, reservation)
+            admission = await self._limiter.admit(
+                key.team, planned, ctx.request_id, reservation, least=cap.least, step=cap.answers or 1
+            )
             if not admission.allowed:
                 self._metrics.rate_limited.labels(ctx.model, key.team, *admission.refusal_labels()).inc()
                 ctx.refused_by = admission.refusal_labels()
                 error = admission.error()
                 error.headers.update(dialect.limit_headers(admission))
                 raise error
-        return Admitted(call, principal, requested, admission, holder)
+        return Admitted(call, principal, requested, admission, holder, cap.admitted(admission))
 
     def _share_ticket(self, admitted: Admitted, scope: Scope) -> ShareTicket:
-        """The request's weight in a saturated pool's token fair share, from its estimate."""
+        """The request's weight in a saturated pool's token fair share, from what it reserved."""
         team, key = admitted.principal.team_limits, admitted.principal.key.limits
-        estimate = admitted.call.reservation(self._settings.default_max_tokens)
+        estimate = admitted.admission.reservation
         priority = share.band(key.priority, team.priority, _header(scope, share.PRIORITY_HEADER))
         return ShareTicket.estimated(
             admitted.principal.key.team,
@@ -265,11 +280,11 @@ class Pipeline:
         loop = asyncio.get_running_loop()
         head_deadline = loop.time() + (model.timeouts.first_token if call.stream else model.timeouts.total)
         plan = self._plan(admitted, dialect.name)
-        blocks, block_bytes = _prompt_blocks(call, plan)
+        blocks, block_bytes = _prompt_blocks(call, plan, admitted.cap.per_answer)
         route = RouteRequest(
             model=model.name,
             user=call.user,
-            session_id=_header(scope, SESSION_HEADER),
+            session_id=ctx.session_id,
             team=ctx.team,
             share_weight=admitted.principal.team_limits.share_weight,
             pinned=None if admitted.holder is None else admitted.holder.endpoint,
@@ -284,7 +299,11 @@ class Pipeline:
             upstream = await self._upstream.open(
                 plan,
                 call.worker_path,
-                lambda pool: call.worker_body(pool.wire_model, continuous_usage=pool.model.continuous_usage),
+                lambda pool: call.worker_body(
+                    pool.wire_model,
+                    continuous_usage=pool.model.continuous_usage,
+                    max_tokens=admitted.cap.per_answer,
+                ),
                 self._forwarding.worker_headers(scope, ctx),
                 route,
                 head_deadline=head_deadline,
@@ -314,7 +333,11 @@ class Pipeline:
             await watch.close()
         pool = upstream.pool
         answer_name = call.model if pool.model is model else pool.model.name
-        headers = {**dialect.limit_headers(admitted.admission), MODEL_HEADER: pool.model.name}
+        headers = {
+            **dialect.limit_headers(admitted.admission),
+            **admitted.cap.headers(),
+            MODEL_HEADER: pool.model.name,
+        }
         remember = None if call.protocol is CHAT else self._remembering(ctx.team, upstream, answer_name)
         if streaming:
             relay = StreamRelay(
@@ -337,7 +360,9 @@ class Pipeline:
             return
         if response.status != 200:
             outcome.error_reason = f"status_{response.status}"
-            raise worker_failure(model.name, response.status, body, response.headers)
+            raise worker_failure(
+                model.name, response.status, body, response.headers, pool=pool.name, endpoint=ctx.endpoint
+            )
         try:
             answer: Any = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -398,15 +423,42 @@ class Pipeline:
                 upstream.close()
 
 
-def _prompt_blocks(call: Call, plan: Sequence[Pool]) -> tuple[tuple[bytes, ...], int]:
+def _prompt_blocks(call: Call, plan: Sequence[Pool], cap: int | None) -> tuple[tuple[bytes, ...], int]:
     """The prompt's block hashes and their size, once per request, when a pool it may go to is
     routed by prefix (the first such: a fallback model's pools too, and those of another block
     size ignore them): from the body the worker gets, so hashed as the worker will see it."""
     for pool in plan:
         if pool.prefix is not None:
-            body = call.worker_body(pool.wire_model, continuous_usage=False)
+            body = call.worker_body(pool.wire_model, continuous_usage=False, max_tokens=cap)
             return body_blocks(body, pool.prefix.block_bytes), pool.prefix.block_bytes
     return (), 0
+
+
+def _parse(
+    dialect: Dialect[CallT], body: bytes, native: Collection[str], ctx: RequestContext, request: Request
+) -> CallT:
+    """The dialect's parse, noting on `ctx` the model the body names (for the access log, also
+    when the body is refused) and the session the request belongs to (for routing)."""
+    try:
+        call = dialect.parse(body, native)
+    except GatewayError:
+        ctx.requested_model = _model_named(body)
+        raise
+    ctx.requested_model = call.model
+    found = session_of(request.scope["headers"], body, call.user)
+    if found is not None:
+        ctx.session_id, ctx.session_source = found.value, found.source
+    return call
+
+
+def _model_named(body: bytes) -> str:
+    """A refused body's `model`, when it has one (only on that path: a second parse)."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    model = parsed.get("model") if isinstance(parsed, dict) else None
+    return model if isinstance(model, str) else ""
 
 
 def _header(scope: Scope, name: str) -> str | None:

@@ -29,7 +29,7 @@ from gateway.observability.metrics import Metrics
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.health import ENDPOINT_FAILED, NO_VERDICT, SERVED, Verdict, VerdictKind
 from gateway.routing.policy import RouteRequest
-from gateway.routing.pool import Pool, PoolUnavailable
+from gateway.routing.pool import Pool, PoolUnavailable, retry_after
 from gateway.routing.router import Router
 
 if TYPE_CHECKING:
@@ -177,6 +177,8 @@ class Upstream:
         `trace`: the request's spans, when traced: a queue wait and each attempt get one, and the
         worker's traceparent names its attempt's span."""
         failures: list[str] = []
+        # The soonest any pool tried may take requests again: the client's retry-after.
+        retry_s: float | None = None
         broken: WorkerBroken | None = None
         requested = pools[0].model.name if pools else route.model
         for i, pool in enumerate(pools):
@@ -198,6 +200,9 @@ class Upstream:
                 )
             except PoolUnavailable as exc:
                 failures.append(str(exc))
+                # None: nothing is scheduled, its endpoints may take the very next request.
+                chance = 0.0 if exc.retry_after_s is None else exc.retry_after_s
+                retry_s = chance if retry_s is None else min(retry_s, chance)
             except WorkerBroken as exc:
                 broken = broken or exc
         if broken is not None:
@@ -205,7 +210,7 @@ class Upstream:
         raise GatewayError(
             ErrorCode.NO_HEALTHY_UPSTREAM,
             f"No worker for model '{requested}' is available: {'; '.join(failures) or 'no pool'}.",
-            headers={"retry-after": "1"},
+            headers={"retry-after": retry_after(retry_s)},
         )
 
     async def _open_pool(
@@ -269,7 +274,13 @@ class Upstream:
                     final = last and attempt + 1 == _ATTEMPTS_PER_POOL
                     if response.status in _RETRYABLE_STATUS and not final:
                         failures.append((model.name, f"status_{response.status}"))
-                        last_failure = f"{endpoint.url} answered {response.status}"
+                        last_failure = f"a worker answered {response.status}"
+                        log.warning(
+                            "upstream failed model=%s endpoint=%s reason=status_%d",
+                            model.name,
+                            endpoint.url,
+                            response.status,
+                        )
                         response.release()
                         continue
                 handed_over = True
@@ -292,9 +303,8 @@ class Upstream:
                 failures.append((model.name, reason))
                 if span is not None:
                     tracing.failed(span, reason)
-                last_failure = endpoint.url + (
-                    f" could not be reached ({type(exc).__name__})" if unreachable else " answered garbage"
-                )
+                # The client reads this (through PoolUnavailable): no URL, the log line has it.
+                last_failure = "a worker could not be reached" if unreachable else "a worker answered garbage"
                 log.warning(
                     "upstream failed model=%s endpoint=%s reason=%s error=%s",
                     model.name,
@@ -322,4 +332,4 @@ class Upstream:
                         span.end()
         if bad_answers:
             raise WorkerBroken(f"The worker for model '{model.name}' answered with a malformed response.")
-        raise PoolUnavailable(f"pool '{pool.name}': {last_failure}")
+        raise PoolUnavailable(f"pool '{pool.name}': {last_failure}", pool.next_chance_s())

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.usage import InvalidUsage, Usage, parse_usage
-from gateway.proxy.worker_errors import sanitised
+from gateway.proxy.worker_errors import failed_workers_words, sanitised
 
 
 @dataclass(slots=True)
@@ -69,7 +69,11 @@ def failure_event(error: Any) -> GatewayError:
     """A worker's own error event, re-told in the gateway's terms: it ends the stream."""
     message = error.get("message") if isinstance(error, dict) else error
     if isinstance(message, str) and message.strip():
-        return GatewayError(ErrorCode.UPSTREAM_ERROR, sanitised("The worker failed mid-stream: " + message))
+        # Its words may name where it runs, as a failing worker's answer may (worker_errors).
+        return GatewayError(
+            ErrorCode.UPSTREAM_ERROR,
+            sanitised("The worker failed mid-stream: " + failed_workers_words(message)),
+        )
     return GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker failed mid-stream.")
 
 

@@ -10,6 +10,9 @@ import enum
 
 from gateway.routing.policy import endpoint_seed
 
+# How often the monitor asks a pending endpoint whether it serves its pool's model.
+CONFIRM_INTERVAL_S = 1.0
+
 
 class EndpointState(enum.Enum):
     PENDING = "pending"  # discovered, not yet confirmed to serve the pool's model
@@ -33,6 +36,8 @@ class Endpoint:
         "last_probe_at",
         "last_scrape_at",
         "load_base",
+        "max_model_len",
+        "models_read",
         "probe_ok",
         "removed",
         "running",
@@ -66,6 +71,9 @@ class Endpoint:
         self.load_base = 0.0
         self.last_probe_at = float("-inf")
         self.last_scrape_at = float("-inf")
+        # The context the worker reports in GET /v1/models (vLLM's `max_model_len`), once read.
+        self.max_model_len: int | None = None
+        self.models_read = False
         self.usable = confirmed
         self.refresh()
 

@@ -18,18 +18,18 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import orjson
 
-from gateway.routing.endpoint import Endpoint
+from gateway.routing.endpoint import CONFIRM_INTERVAL_S, Endpoint
 from gateway.routing.load import apply_load, forget_load, parse_load
 from gateway.routing.pool import Pool
 from gateway.routing.router import Router
 
 log = logging.getLogger("sluicegate.routing")
 
-CONFIRM_INTERVAL_S = 1.0
 SCRAPE_INTERVAL_S = 1.0
 _MAX_BODY = 1024 * 1024
 # A scrape older than this many intervals says nothing about the endpoint now.
@@ -100,12 +100,22 @@ class Monitor:
         await self._run(jobs)
 
     async def _confirm(self, pool: Pool, endpoint: Endpoint) -> None:
-        got = await self._get(endpoint.url + "/v1/models", min(2.0, pool.model.timeouts.connect))
+        got = await self._read_models(pool, endpoint)
         if got is None or got[0] != 200 or endpoint.removed:
             return
         if pool.wire_model in _model_ids(got[1]):
             log.info("endpoint confirmed pool=%s endpoint=%s", pool.name, endpoint.url)
             pool.confirm(endpoint)
+
+    async def _read_models(self, pool: Pool, endpoint: Endpoint) -> tuple[int, bytes] | None:
+        """GET /v1/models, and the context the worker reports for the pool's model (the output
+        cap's context clamp, gateway/limits/output.py), read once per endpoint: any answer counts
+        as read, so a worker without the route is not asked again."""
+        got = await self._get(endpoint.url + "/v1/models", min(2.0, pool.model.timeouts.connect))
+        if got is not None:
+            endpoint.models_read = True
+            endpoint.max_model_len = _max_model_len(got[1], pool.wire_model) if got[0] == 200 else None
+        return got
 
     # -- health probes ------------------------------------------------------------------------
 
@@ -120,6 +130,8 @@ class Monitor:
         await self._run(jobs)
 
     async def _probe(self, pool: Pool, endpoint: Endpoint) -> None:
+        if not endpoint.models_read:  # a configured endpoint, never confirmed through /v1/models
+            await self._read_models(pool, endpoint)
         timeout = min(pool.model.timeouts.connect, pool.health.probe_interval)
         got = await self._get(endpoint.url + "/health", timeout)
         # A server without a /health route (404/405) still answered: it is up, and passive
@@ -166,12 +178,23 @@ class Monitor:
 _NO_HEALTH_ROUTE = frozenset({404, 405})
 
 
-def _model_ids(body: bytes) -> set[str]:
+def _models(body: bytes) -> list[dict[str, Any]]:
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return set()
+        return []
     data = parsed.get("data") if isinstance(parsed, dict) else None
-    if not isinstance(data, list):
-        return set()
-    return {item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)}
+    return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
+
+
+def _model_ids(body: bytes) -> set[str]:
+    return {item["id"] for item in _models(body) if isinstance(item.get("id"), str)}
+
+
+def _max_model_len(body: bytes, model: str) -> int | None:
+    """vLLM's `max_model_len` of `model` in a /v1/models answer; None when it reports none."""
+    for item in _models(body):
+        length = item.get("max_model_len")
+        if item.get("id") == model and type(length) is int and length > 0:
+            return length
+    return None

@@ -75,7 +75,10 @@ class RouteRequest:
 
     @property
     def affinity_key(self) -> str | None:
-        return self.session_id or self.user
+        """The session (gateway/routing/session.py), scoped by the caller's team: a client
+        chooses the value, so it places its own team's requests and no one else's."""
+        value = self.session_id or self.user
+        return None if value is None else f"{self.team}\x00{value}"
 
 
 Policy = Callable[[Sequence[EndpointView], RouteRequest, random.Random], EndpointView]
@@ -137,11 +140,13 @@ def _mix(x: int) -> int:
 def session_affinity(
     candidates: Sequence[EndpointView], request: RouteRequest, rng: random.Random
 ) -> EndpointView:
-    """Rendezvous hashing on the session (`x-session-id`, else the `user` field) over the endpoints
-    that may take the request, so a conversation keeps hitting the engine whose prefix cache holds
-    it. An ejected, unhealthy or full endpoint is not a candidate: its sessions move to their
-    next-ranked endpoint and come back when it does, the rest stay put. When the chosen engine is
-    queueing while another is not, or there is no key, this is least_loaded."""
+    """Rendezvous hashing on the session (`affinity_key`: an agent's session header, else
+    `prompt_cache_key`, else the `user` field, with the team; gateway/routing/session.py) over
+    the endpoints that may take the request, so a conversation keeps hitting the engine whose
+    prefix cache holds it. An ejected, unhealthy or full endpoint is not a candidate: its
+    sessions move to their next-ranked endpoint and come back when it does, the rest stay put.
+    When the chosen engine is queueing while another is not, or there is no key, this is
+    least_loaded."""
     key = request.affinity_key
     if key is None or len(candidates) == 1:
         return least_loaded(candidates, request, rng)
@@ -165,21 +170,27 @@ def prefix_affinity(
     """The endpoint whose engine most likely holds the longest prefix of this prompt in its KV
     cache (least_loaded among equals), unless its estimated load is more than
     `max_extra_load` above the least loaded candidate's: then the least loaded one, whose
-    engine computes the prompt from scratch sooner than the busy one would reach it. A request
-    with no cached prefix anywhere is least_loaded itself, the same draws from `rng` included."""
+    engine computes the prompt from scratch sooner than the busy one would reach it.
+
+    Where the prefix does not decide (no cached prefix anywhere, or several endpoints hold the
+    longest one, as with an agent's fixed system prompt and tools that every engine holds), a
+    request with a session goes where session_affinity sends it: every replica places the
+    session's first turn on the same engine, so its next turn finds its prefix there even before
+    the index is shared. Without a session that is least_loaded, the same draws from `rng`
+    included."""
     cached = request.cached
     lengths = cached.lengths if cached is not None else None
     if not lengths:
-        return least_loaded(candidates, request, rng)
+        return session_affinity(candidates, request, rng)
     longest = 0
     for candidate in candidates:
         length = lengths.get(candidate.url, 0)
         if length > longest:
             longest = length
     if longest == 0 or cached is None:
-        return least_loaded(candidates, request, rng)
+        return session_affinity(candidates, request, rng)
     holders = [c for c in candidates if lengths.get(c.url, 0) == longest]
-    sticky = holders[0] if len(holders) == 1 else least_loaded(holders, request, rng)
+    sticky = holders[0] if len(holders) == 1 else session_affinity(holders, request, rng)
     if len(holders) == len(candidates):
         return sticky
     least = least_loaded(candidates, request, rng)

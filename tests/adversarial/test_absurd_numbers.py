@@ -47,13 +47,19 @@ def test_max_tokens_past_any_real_answer_is_a_400(gateway: Gateway) -> None:
     assert error["param"] == "max_tokens"
 
 
-def test_a_request_that_can_never_fit_its_token_limit_is_a_400_not_a_retry(gateway: Gateway) -> None:
+def test_a_request_whose_prompt_can_never_fit_its_token_limit_is_a_400_not_a_retry(gateway: Gateway) -> None:
     key = gateway.new_key(tpm=500)["key"]
-    reply = post(f"{gateway.url}{CHAT}", chat(FAKE_MODEL, max_tokens=100_000), key=key)
+    # ~750 prompt tokens (4 characters a token): more than the whole minute, whatever the output.
+    long_prompt = [{"role": "user", "content": "x" * 3000}]
+    reply = post(f"{gateway.url}{CHAT}", chat(FAKE_MODEL, messages=long_prompt, max_tokens=10), key=key)
     error = envelope(reply, 400)
-    assert error["param"] == "max_tokens"
+    assert "tokens per minute" in error["message"], error
+    assert "'tpm'" in error["message"], error
     assert "retry-after" not in {name.lower() for name in reply.headers}, (
         "a request larger than the limit itself was told to retry: no wait will ever admit it"
     )
-    fits = post(f"{gateway.url}{CHAT}", chat(FAKE_MODEL, max_tokens=100), key=key)
-    assert fits.status == 200, fits.body
+    # A cap larger than the limit is no such request: it is admitted with what the limit grants.
+    bounded = post(f"{gateway.url}{CHAT}", chat(FAKE_MODEL, max_tokens=100_000), key=key)
+    assert bounded.status == 200, bounded.body
+    assert bounded.headers["x-sluicegate-max-tokens-limited-by"] == "tokens_per_minute"
+    assert 16 <= int(bounded.headers["x-sluicegate-max-tokens"]) < 500

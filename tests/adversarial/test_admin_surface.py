@@ -16,7 +16,7 @@ import pytest
 
 from gateway.admin.throttle import AdminThrottle
 from gateway.config import ConfigError, Settings, parse_model_table
-from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
+from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, worker_record
 from tests.http import Reply, post
 
 
@@ -166,21 +166,26 @@ def _chat(gw: Gateway, key: str, **fields: Any) -> Reply:
     return post(f"{gw.url}/v1/chat/completions", body, key=key, headers={"x-fake-tokens": "3"})
 
 
-def test_n_and_best_of_reserve_one_completion_cap_per_answer(gateway: Gateway) -> None:
+def test_n_and_best_of_reserve_one_completion_cap_per_answer(gateway: Gateway, fake_worker: str) -> None:
     key = gateway.new_key(tpm=500)
-    # 8 answers of up to 100 tokens: 800 reserved, more than the limit allows at once, so no wait
-    # would admit it (a 400 naming max_tokens, not a 429 to retry).
-    refused = _chat(gateway, key["key"], max_tokens=100, n=8)
-    message = _refused(refused, 400, "invalid_request", "max_tokens")["message"]
-    assert "tokens per minute" in message, message
-    assert "reserves 8" in message, message
+    # 8 answers of up to 100 tokens: 800 reserved, more than the limit allows at once, so each
+    # answer gets the same share of what it does allow, and the worker that cap.
+    bounded = _chat(gateway, key["key"], max_tokens=100, n=8)
+    assert bounded.status == 200, bounded.body
+    per_answer = int(bounded.headers["x-sluicegate-max-tokens"])
+    assert bounded.headers["x-sluicegate-max-tokens-limited-by"] == "tokens_per_minute"
+    assert per_answer >= 16
+    assert per_answer * 8 < 500
+    record = worker_record(fake_worker, bounded.headers["x-request-id"])
+    assert record is not None
+    assert record["body"]["max_tokens"] == per_answer
     completions = post(
         f"{gateway.url}/v1/completions",
         {"model": FAKE_MODEL, "prompt": "hi", "max_tokens": 100, "n": 1, "best_of": 8},
-        key=key["key"],
+        key=gateway.new_key(tpm=500)["key"],
     )
-    _refused(completions, 400, "invalid_request", "max_tokens")
-    assert _chat(gateway, key["key"], max_tokens=100, n=1).status == 200
+    assert completions.status == 200, completions.body
+    assert int(completions.headers["x-sluicegate-max-tokens"]) * 8 < 500
 
 
 @pytest.mark.parametrize(("name", "value"), [("n", 0), ("n", 129), ("best_of", True), ("best_of", 0)])

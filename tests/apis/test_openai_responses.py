@@ -79,9 +79,9 @@ def test_instructions_and_input_items_reach_the_worker_as_chat_messages(
     record = worker_record(fake_worker, raw.headers["x-sluicegate-request-id"])
     assert record is not None
     body = record["body"]
+    # Instructions and a leading developer item: one leading system message (chat_shape).
     assert body["messages"] == [
-        {"role": "system", "content": "you are a test"},
-        {"role": "system", "content": "be brief"},
+        {"role": "system", "content": "you are a test\n\nbe brief"},
         {"role": "user", "content": "one two"},
         {"role": "assistant", "content": "three"},
         {"role": "user", "content": "four five six"},
@@ -266,7 +266,6 @@ def test_a_worker_failing_mid_stream_becomes_response_failed(gateway: Gateway) -
             "input[0]",
             "protocols: {responses: native}",
         ),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type", "function"),
         ({"max_output_tokens": 0}, "max_output_tokens", "integer"),
     ],
 )

@@ -53,6 +53,10 @@ ACCESS_FIELDS = {
     "outcome",
     "client",
     "user_agent",
+    "requested_model",
+    "error",
+    "param",
+    "session",
 }
 
 
@@ -124,7 +128,7 @@ def test_a_json_access_line_carries_every_field(
     # The text line names the worker endpoint too.
     text = [line for line in all_logs if f"request_id={request_id}" in line]
     assert len(text) == 1
-    assert text[0].endswith(f" endpoint={fake_worker}")
+    assert f" endpoint={fake_worker} " in text[0]
     assert key["key"] not in "\n".join(json_lines)
 
 
@@ -321,3 +325,79 @@ def _read_until(lines: queue.Queue[str], done: Any, within_s: float = 30.0) -> s
         if done(line):
             return "".join(seen)
     raise AssertionError(f"not within {within_s}s: {''.join(seen)}")
+
+
+AGENT = "claude-cli/2.1.332 (external, cli)"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error", "param"),
+    [
+        ({"model": "claude-opus-4-8[1m]", "messages": HELLO}, 404, "model_not_found", "model"),
+        ({"model": FAKE_MODEL, "messages": "not a list"}, 400, "invalid_request", "messages"),
+        ({"model": FAKE_MODEL, "messages": HELLO}, 429, "rate_limit_exceeded", None),
+    ],
+    ids=["unknown-model", "bad-body", "limited"],
+)
+def test_a_refusal_logs_its_code_param_model_and_user_agent_in_both_formats(
+    make_gateway: GatewayFactory,
+    json_lines: list[str],
+    all_logs: list[str],
+    body: dict[str, Any],
+    status: int,
+    error: str,
+    param: str | None,
+) -> None:
+    with make_gateway() as gw:
+        key = gw.new_key(rpm=1)
+        if status == 429:  # the key's one request a minute is spent
+            post(f"{gw.url}/v1/chat/completions", body, key=key["key"])
+        headers = {"user-agent": AGENT, "x-claude-code-session-id": "s-1"}
+        reply = post(f"{gw.url}/v1/chat/completions", body, key=key["key"], headers=headers)
+        assert reply.status == status, reply.body
+        assert reply.json()["error"]["code"] == error  # what the client was told is what is logged
+        request_id = reply.headers["x-sluicegate-request-id"]
+        wait_until(lambda: any(request_id in line for line in json_lines), 10, "the access line")
+    record = _access(json_lines, request_id)
+    assert (record["status"], record["error"], record["param"]) == (status, error, param)
+    assert record["requested_model"] == body["model"]
+    assert record["user_agent"] == AGENT
+    text = next(line for line in all_logs if f"request_id={request_id}" in line)
+    assert f" error={error} param={param or '-'} " in text
+    assert f" requested_model={body['model']} " in text
+    assert text.endswith(f' user_agent="{AGENT}"')  # quoted: it holds spaces
+    assert key["key"] not in text
+
+
+def test_an_agent_turn_logs_which_session_value_placed_it(
+    make_gateway: GatewayFactory, json_lines: list[str]
+) -> None:
+    with make_gateway() as gw:
+        key = gw.new_key()
+        body = {"model": FAKE_MODEL, "input": "hi", "prompt_cache_key": "codex-thread-1"}
+        reply = post(f"{gw.url}/v1/responses", body, key=key["key"], headers={"session-id": "codex-thread-1"})
+        assert reply.status == 200, reply.body
+        request_id = reply.headers["x-sluicegate-request-id"]
+        wait_until(lambda: any(request_id in line for line in json_lines), 10, "the access line")
+    record = _access(json_lines, request_id)
+    assert record["session"] == "session-id"  # the header's name, never the agent's value
+    assert "codex-thread-1" not in json.dumps(record)
+    assert (record["error"], record["param"]) == (None, None)
+
+
+def test_a_key_cut_by_a_fields_bound_leaves_no_piece_of_it(
+    make_gateway: GatewayFactory, json_lines: list[str], all_logs: list[str]
+) -> None:
+    """The model and user agent are bounded at 256 characters: a key the bound cuts through must
+    not survive as a piece too short for the redaction's pattern (`sk-sg-` and 7 of its characters)."""
+    with make_gateway() as gw:
+        key = gw.new_key()["key"]
+        padded = "x" * (256 - len("sk-sg-") - 7) + key  # the bound leaves `sk-sg-` + 7 characters
+        body = {"model": padded, "messages": HELLO}
+        reply = post(f"{gw.url}/v1/chat/completions", body, key=key, headers={"user-agent": padded})
+        assert reply.status == 404, reply.body
+        request_id = reply.headers["x-sluicegate-request-id"]
+        wait_until(lambda: any(request_id in line for line in json_lines), 10, "the access line")
+    logged = "\n".join([*json_lines, *all_logs])
+    assert request_id in logged
+    assert key[: len("sk-sg-") + 5] not in logged

@@ -374,15 +374,15 @@ def test_a_fallback_routed_by_prefix_gets_blocks_of_its_own_size() -> None:
     body = _chat("hello " * 400)
 
     class Call:
-        def worker_body(self, wire_model: str, *, continuous_usage: bool) -> bytes:
-            return orjson.dumps({**body, "model": wire_model})
+        def worker_body(self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None) -> bytes:
+            return orjson.dumps({**body, "model": wire_model, "max_tokens": max_tokens})
 
     route = router.resolve("p")
     assert route is not None
     plan = router.plan(route)
-    blocks, size = _prompt_blocks(Call(), plan)  # type: ignore[arg-type]
+    blocks, size = _prompt_blocks(Call(), plan, 64)  # type: ignore[arg-type]
     assert size == 256
-    assert blocks == body_blocks(orjson.dumps({**body, "model": "f"}), 256)
+    assert blocks == body_blocks(orjson.dumps({**body, "model": "f", "max_tokens": 64}), 256)
     f, g = router.pool("f"), router.pool("g")
     assert f is not None
     assert g is not None

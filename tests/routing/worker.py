@@ -40,6 +40,7 @@ class ProgrammableWorker:
         self.requests = 0  # generation requests received
         self.by_model: Counter[str] = Counter()
         self.by_user: Counter[str] = Counter()
+        self.arrivals: list[str] = []  # each generation request's `user`, in the order they came
         self.running = 0
         self.waiting = 0
         self._slots: asyncio.Semaphore | None = None
@@ -83,6 +84,7 @@ class ProgrammableWorker:
         model = body.get("model")
         self.by_model[str(model)] += 1
         self.by_user[str(body.get("user"))] += 1
+        self.arrivals.append(str(body.get("user")))
         await self._stall()
         stall = request.headers.get("x-worker-stall")
         if stall == "head":

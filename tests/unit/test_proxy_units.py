@@ -13,11 +13,12 @@ from prometheus_client import CollectorRegistry
 from gateway.errors import ErrorCode
 from gateway.limits import admission
 from gateway.limits.admission import Admission, Limit, LimitKind, LimitState, Reservation
+from gateway.limits.output import NO_OUTPUT, AskedOutput
 from gateway.limits.spec import LimitSet, TokenCount
 from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
 from gateway.proxy.context import RequestContext, client_request_id, new_request_id
-from gateway.proxy.dialects.openai import CHAT, EMBEDDINGS, reset_duration
+from gateway.proxy.dialects.openai import CHAT, COMPLETIONS, EMBEDDINGS, reset_duration
 from gateway.proxy.settlement import Ending, Settlement
 from gateway.proxy.usage import MAX_TOKENS, InvalidUsage, Usage, parse_usage
 from gateway.proxy.worker_errors import MAX_MESSAGE_CHARS, worker_failure
@@ -61,12 +62,15 @@ def _chat(body: dict[str, Any]) -> Any:
     return CHAT.parse(orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], **body}))
 
 
-def test_reservation_takes_the_cap_or_the_default() -> None:
-    assert _chat({"max_tokens": 50}).reservation(1024).completion_tokens == 50
-    assert _chat({"max_completion_tokens": 7, "max_tokens": 50}).reservation(1024).completion_tokens == 7
-    assert _chat({}).reservation(1024).completion_tokens == 1024
+def test_the_output_asked_is_the_cap_given_and_every_answer_generated() -> None:
+    assert _chat({"max_tokens": 50}).asked_output() == AskedOutput(50)
+    assert _chat({"max_completion_tokens": 7, "max_tokens": 50}).asked_output() == AskedOutput(7)
+    assert _chat({}).asked_output() == AskedOutput(None)
+    assert _chat({"max_tokens": 5, "n": 3, "best_of": 4}).asked_output() == AskedOutput(5, 4)
+    completion = COMPLETIONS.parse(b'{"model": "m", "prompt": "hi"}')
+    assert completion.asked_output() == AskedOutput(16)  # the API's own default
     embed = EMBEDDINGS.parse(b'{"model": "m", "input": "hello there"}')
-    assert embed.reservation(1024) == Reservation(embed.estimated_prompt_tokens(), 0)
+    assert embed.asked_output() == NO_OUTPUT
     assert Reservation(10, 20).tokens(TokenCount.INPUT) == 10
     assert Reservation(10, 20).tokens(TokenCount.OUTPUT) == 20
     assert Reservation(10, 20).tokens(TokenCount.TOTAL) == 30
@@ -74,13 +78,30 @@ def test_reservation_takes_the_cap_or_the_default() -> None:
 
 def test_worker_body_asks_for_usage_on_every_chunk_and_renames_the_model() -> None:
     call = _chat({"stream": True, "stream_options": {"include_usage": False}})
-    body = orjson.loads(call.worker_body("upstream/name", continuous_usage=True))
+    body = orjson.loads(call.worker_body("upstream/name", continuous_usage=True, max_tokens=9))
     assert body["model"] == "upstream/name"
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
-    plain = orjson.loads(call.worker_body("m", continuous_usage=False))
+    assert body["max_tokens"] == 9
+    plain = orjson.loads(call.worker_body("m", continuous_usage=False, max_tokens=9))
     assert plain["stream_options"] == {"include_usage": True}
-    whole = _chat({})
-    assert whole.worker_body("m", continuous_usage=True) is whole.raw  # nothing to change
+    whole = _chat({"max_tokens": 9})
+    assert whole.worker_body("m", continuous_usage=True, max_tokens=9) is whole.raw  # nothing to change
+
+
+def test_the_worker_gets_the_cap_in_the_field_the_client_used() -> None:
+    def sent(body: dict[str, Any], cap: int | None) -> dict[str, Any]:
+        parsed: dict[str, Any] = orjson.loads(
+            _chat(body).worker_body("m", continuous_usage=False, max_tokens=cap)
+        )
+        return parsed
+
+    assert sent({}, 1024)["max_tokens"] == 1024  # none asked: the default, explicitly
+    newer = sent({"max_completion_tokens": 500}, 100)
+    assert (newer["max_completion_tokens"], "max_tokens" in newer) == (100, False)
+    both = sent({"max_completion_tokens": 500, "max_tokens": 600}, 100)
+    assert (both["max_completion_tokens"], both["max_tokens"]) == (100, 100)
+    embed = EMBEDDINGS.parse(b'{"model": "m", "input": "hello there"}')
+    assert "max_tokens" not in orjson.loads(embed.worker_body("x", continuous_usage=False, max_tokens=None))
 
 
 def _chunk(content: str, usage: dict[str, int] | None = None, model: str = "up") -> dict[str, Any]:

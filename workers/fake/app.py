@@ -76,6 +76,7 @@ from workers.common.framing import ChatFrames, CompletionFrames
 from workers.common.streaming import ASGIResponse, run_unless_disconnected
 from workers.fake import messages, responses, stored
 from workers.fake.aborts import InjectedAbort
+from workers.fake.agent_turns import scripted
 from workers.fake.generation import NativeEvents, answer_body, produce_native_stream, produce_stream
 from workers.fake.plan import (
     Plan,
@@ -125,7 +126,13 @@ class FakeWorker:
     async def models(self, request: Request) -> Response:
         created = int(time.time())
         data = [
-            {"id": name, "object": "model", "created": created, "owned_by": "sluicegate-fake"}
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "sluicegate-fake",
+                "max_model_len": self.max_model_len,  # as vLLM reports it
+            }
             for name in self.model_names
         ]
         return _json({"object": "list", "data": data})
@@ -304,6 +311,7 @@ class FakeWorker:
             prompt_tokens = chat_prompt_tokens(body) if chat else completion_prompt_tokens(body)
             model = self.model_of(body)
             plan = make_plan(record.headers, body, chat=chat)
+            self.check_context(body, prompt_tokens)
         except RequestError as err:
             return self.error(record, err)
         response_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
@@ -332,6 +340,18 @@ class FakeWorker:
             await produce_stream(record, plan, frames, prompt_tokens, include_usage, send)
 
         return ASGIResponse(partial(self._stream, record, plan, model, produce))
+
+    def check_context(self, body: dict[str, Any], prompt_tokens: int) -> None:
+        """As vLLM: a prompt and cap longer than the context it reports is a 400 (CONTRACT.md
+        ERR-5). The cap was checked by make_plan; the newer name wins, as there."""
+        cap = body.get("max_completion_tokens") or body.get("max_tokens")
+        if isinstance(cap, int) and prompt_tokens + cap > self.max_model_len:
+            raise bad_request(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you "
+                f"requested {prompt_tokens + cap} tokens ({prompt_tokens} in the messages, {cap} in "
+                "the completion). Please reduce the length of the messages or completion.",
+                "max_tokens",
+            )
 
     async def _stall(self, receive: Receive) -> bool:
         return await run_unless_disconnected(asyncio.sleep(STALL_S), receive)
@@ -383,7 +403,8 @@ def create_app(
 ) -> Starlette:
     """A fresh worker serving `model_names`; all its state lives on this app (`.state.worker`).
 
-    `max_model_len` is only what `/tokenize` reports: the fake enforces no context window."""
+    `max_model_len` is what `/tokenize` and `/v1/models` report, and chat and completions refuse
+    a prompt and cap longer than it, as vLLM does."""
     worker = FakeWorker(model_names, max_model_len)
     one = "/v1/responses/{response_id}"
     routes = [
@@ -391,13 +412,21 @@ def create_app(
         Route("/v1/models", worker.models, methods=["GET"]),
         Route("/metrics", worker.metrics, methods=["GET"]),
         Route("/fake/requests/{request_id}", worker.request_record, methods=["GET"]),
-        Route("/v1/chat/completions", worker.chat, methods=["POST"]),
+        Route("/v1/chat/completions", scripted(worker, "chat", worker.chat), methods=["POST"]),
         Route("/v1/completions", worker.completions, methods=["POST"]),
         Route("/v1/embeddings", worker.embeddings, methods=["POST"]),
         Route("/tokenize", worker.tokenize, methods=["POST"]),
-        Route("/v1/messages", _bind(worker, messages.create_message), methods=["POST"]),
+        Route(
+            "/v1/messages",
+            scripted(worker, "messages", _bind(worker, messages.create_message)),
+            methods=["POST"],
+        ),
         Route("/v1/messages/count_tokens", _bind(worker, messages.count_tokens), methods=["POST"]),
-        Route("/v1/responses", _bind(worker, responses.create_response), methods=["POST"]),
+        Route(
+            "/v1/responses",
+            scripted(worker, "responses", _bind(worker, responses.create_response)),
+            methods=["POST"],
+        ),
         Route(one, _bind(worker, stored.get_response), methods=["GET"]),
         Route(one, _bind(worker, stored.delete_response), methods=["DELETE"]),
         Route(f"{one}/cancel", _bind(worker, stored.cancel_response), methods=["POST"]),

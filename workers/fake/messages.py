@@ -80,8 +80,10 @@ def prompt_tokens(body: Mapping[str, Any]) -> int:
         raise validation_error("messages", "messages: Input should be a valid list")
     words = 0 if body.get("system") is None else _block_words(body["system"], "system")
     for message in messages:
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise validation_error("messages", "messages: each message needs role user or assistant")
+        # vLLM 0.32 takes a system message anywhere in `messages` (Claude Code sends one after
+        # the first user turn); only a chat template with one leading system message refuses it.
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant", "system"):
+            raise validation_error("messages", "messages: each message needs role user, assistant or system")
         words += _block_words(message.get("content"), "messages")
     return max(words, 1)
 

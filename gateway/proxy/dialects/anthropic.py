@@ -25,7 +25,8 @@ import orjson
 from starlette.responses import Response
 
 from gateway.errors import GatewayError
-from gateway.limits.admission import Admission, LimitKind, Reservation
+from gateway.limits.admission import Admission, LimitKind
+from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
 from gateway.proxy.dialects import anthropic_errors, native
 from gateway.proxy.dialects.anthropic_request import Translated, dumps, translate
@@ -71,17 +72,23 @@ class MessagesCall:
     def continues(self) -> str | None:
         return None
 
-    def reservation(self, default_max_tokens: int) -> Reservation:
-        cap = self.request.max_tokens
-        return Reservation(self.request.prompt_estimate, cap if cap is not None else default_max_tokens)
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        return self.request.ignored
+
+    def asked_output(self) -> AskedOutput:
+        return AskedOutput(self.request.max_tokens)
 
     def estimated_prompt_tokens(self) -> int:
         return self.request.prompt_estimate
 
-    def worker_body(self, wire_model: str, *, continuous_usage: bool) -> bytes:
-        """On a stream, usage is always asked for: the client's `message_delta` carries it, and
-        cumulative on every chunk it meters a client that leaves mid-stream exactly."""
+    def worker_body(self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None) -> bytes:
+        """The output cap admission reserved. On a stream, usage is always asked for: the
+        client's `message_delta` carries it, and cumulative on every chunk it meters a client
+        that leaves mid-stream exactly."""
         payload: dict[str, Any] = {"model": wire_model, **self.request.chat, "stream": self.stream}
+        if max_tokens is not None:
+            payload["max_tokens"] = max_tokens
         if self.stream:
             options: dict[str, bool] = {"include_usage": True}
             if continuous_usage:
@@ -142,7 +149,8 @@ class MessagesDialect:
                 "type": "message",
                 "role": "assistant",
                 "model": answer_name,
-                "content": content_blocks(message),
+                # One block even for an answer of nothing: clients index content[0].
+                "content": content_blocks(message) or [{"type": "text", "text": ""}],
                 "stop_reason": reason,
                 "stop_sequence": sequence,
                 "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]},

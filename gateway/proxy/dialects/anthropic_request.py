@@ -1,16 +1,27 @@
 """An Anthropic Messages request, checked and translated to the worker's OpenAI chat body.
 
     system (string | text blocks)          -> the first message, role "system"
+    messages[i] role system (or developer) -> a system message, then folded (chat_shape): one
+                                              leading system message, later ones into the
+                                              adjacent user turn, in place
     user content: text, image              -> one user message (image_url parts: data: URL or URL)
+                  document (text source)   -> text
                   tool_result              -> a "tool" message per result, before the user's own
     assistant content: text, tool_use      -> one assistant message with `tool_calls`
                        thinking            -> dropped: chat workers take no reasoning as input
-    tools [{name, description, input_schema}] -> function tools
+    other content blocks (server_tool_use, web_search_tool_result, a PDF...) -> dropped, listed
+    tools [{name, description, input_schema}] -> function tools (whatever their `type`, when they
+          carry a schema); server tools without one (web_search_*, bash_*...) -> dropped, listed
     tool_choice auto | any | tool | none   -> auto | required | {function} | none
     stop_sequences -> stop, metadata.user_id -> user, thinking -> chat_template_kwargs.enable_thinking
+    (adaptive reasons: enable_thinking true)
 
-Every refusal is a 400 naming the field, so a client learns which part of its body is wrong.
-`max_tokens` is required on /v1/messages, not on count_tokens (the same body otherwise).
+Tolerant to shapes: what the chat contract has no equivalent for (`output_config`,
+`context_management`, `container`, `mcp_servers`, unknown fields, unknown blocks) is dropped and
+named in `ignored` (gateway.proxy.dialects.ignored), never refused. `cache_control` (with `ttl`)
+is not listed: the engine's prefix cache does what it asks, unasked. A refusal is a 400 naming
+the field, for a shape that is wrong rather than unknown (a tool_use without an id, a role that
+is no role). `max_tokens` is required on /v1/messages, not on count_tokens (the same body otherwise).
 """
 
 from __future__ import annotations
@@ -21,9 +32,31 @@ from typing import Any
 import orjson
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.proxy.dialects.chat_shape import fold_chat
+from gateway.proxy.dialects.ignored import Dropped
 from gateway.proxy.usage import MAX_TOKENS
 
 _ROLES = ("user", "assistant")
+# Roles that carry instructions: read as system messages wherever they are.
+_SYSTEM_ROLES = ("system", "developer")
+# Top-level fields the translation reads (the rest is dropped and listed).
+_HANDLED = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "messages",
+        "system",
+        "stream",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop_sequences",
+        "tools",
+        "tool_choice",
+        "metadata",
+        "thinking",
+    }
+)
 _TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 # Passed to the worker unchanged: the chat contract has the same field under the same meaning.
 _SAMPLING = (("temperature", float), ("top_p", float), ("top_k", int))
@@ -38,6 +71,7 @@ class Translated:
     stop_sequences: tuple[str, ...]
     user: str | None
     prompt_estimate: int  # ~4 characters a token, over everything the prompt is made of
+    ignored: tuple[str, ...] = ()  # what had no equivalent and was dropped (ignored.Dropped)
 
 
 def field_error(param: str, problem: str) -> GatewayError:
@@ -64,12 +98,16 @@ def translate(raw: bytes, *, needs_max_tokens: bool = True) -> Translated:
     if stream is not None and not isinstance(stream, bool):
         raise field_error("stream", "must be a boolean")
 
+    dropped = Dropped()
     messages = _system(body.get("system"))
     conversation = body.get("messages")
     if not isinstance(conversation, list) or not conversation:
         raise field_error("messages", "must be a non-empty list of messages")
     for i, message in enumerate(conversation):
-        messages.extend(_message(message, f"messages[{i}]"))
+        messages.extend(_message(message, f"messages[{i}]", dropped))
+    if not any(m["role"] != "system" for m in messages):
+        raise field_error("messages", "has no user or assistant content a worker could answer")
+    messages = fold_chat(messages)
 
     chat: dict[str, Any] = {"messages": messages}
     if max_tokens is not None:
@@ -87,7 +125,9 @@ def translate(raw: bytes, *, needs_max_tokens: bool = True) -> Translated:
         chat["stop"] = list(stops)
     tools = body.get("tools")
     if tools is not None:
-        chat["tools"] = _tools(tools)
+        functions = _tools(tools, dropped)
+        if functions:
+            chat["tools"] = functions
     choice = body.get("tool_choice")
     if choice is not None:
         chat.update(_tool_choice(choice))
@@ -97,6 +137,7 @@ def translate(raw: bytes, *, needs_max_tokens: bool = True) -> Translated:
     thinking = body.get("thinking")
     if thinking is not None:
         chat["chat_template_kwargs"] = {"enable_thinking": _thinking(thinking)}
+    dropped.fields(body, _HANDLED)
     estimate_of = [body.get("system"), conversation, tools]
     return Translated(
         chat=chat,
@@ -106,6 +147,7 @@ def translate(raw: bytes, *, needs_max_tokens: bool = True) -> Translated:
         stop_sequences=stops,
         user=user,
         prompt_estimate=max(1, len(dumps(estimate_of)) // 4),
+        ignored=dropped.done(),
     )
 
 
@@ -172,7 +214,9 @@ def _image(block: dict[str, Any], param: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _tool_result(block: dict[str, Any], param: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _tool_result(
+    block: dict[str, Any], param: str, dropped: Dropped
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The tool message, and the images of the result (a chat tool message carries text only:
     they follow as the user's own)."""
     call_id = block.get("tool_use_id")
@@ -191,8 +235,10 @@ def _tool_result(block: dict[str, Any], param: str) -> tuple[dict[str, Any], lis
                 texts.append(part["text"])
             elif kind == "image":
                 images.append(_image(part, where))
+            elif kind == "document" and _document_text(part) is not None:
+                texts.append(_document_text(part) or "")
             else:
-                raise field_error(where, "must be a text or image block")
+                dropped.add(where, kind)
     else:
         raise field_error(f"{param}.content", "must be a string or a list of blocks")
     is_error = block.get("is_error", False)
@@ -217,12 +263,24 @@ def _tool_use(block: dict[str, Any], param: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": function}
 
 
-def _message(message: Any, param: str) -> list[dict[str, Any]]:
+def _document_text(block: dict[str, Any]) -> str | None:
+    """A document block's text, when its source is plain text (a PDF or a file id is not)."""
+    source = block.get("source")
+    if isinstance(source, dict) and source.get("type") == "text" and isinstance(source.get("data"), str):
+        return str(source["data"])
+    return None
+
+
+def _message(message: Any, param: str, dropped: Dropped) -> list[dict[str, Any]]:
     if not isinstance(message, dict):
         raise field_error(param, "must be an object")
     role = message.get("role")
+    if role in _SYSTEM_ROLES:
+        text = _text_of(message.get("content"), f"{param}.content")
+        return [{"role": "system", "content": text}] if text else []
     if role not in _ROLES:
-        raise field_error(f"{param}.role", "must be 'user' or 'assistant'")
+        shown = repr(role)[:40] if isinstance(role, str) else "missing"
+        raise field_error(f"{param}.role", f"is {shown}: it must be 'user', 'assistant' or 'system'")
     content = message.get("content")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
@@ -240,8 +298,10 @@ def _message(message: Any, param: str) -> list[dict[str, Any]]:
             parts.append({"type": "text", "text": block["text"]})
         elif kind == "image" and role == "user":
             parts.append(_image(block, where))
+        elif kind == "document" and role == "user" and _document_text(block) is not None:
+            parts.append({"type": "text", "text": _document_text(block)})
         elif kind == "tool_result" and role == "user":
-            tool_message, images = _tool_result(block, where)
+            tool_message, images = _tool_result(block, where, dropped)
             tool_messages.append(tool_message)
             parts.extend(images)
         elif kind == "tool_use" and role == "assistant":
@@ -249,7 +309,8 @@ def _message(message: Any, param: str) -> list[dict[str, Any]]:
         elif kind in ("thinking", "redacted_thinking") and role == "assistant":
             continue
         else:
-            raise field_error(f"{where}.type", f"is not a content block this gateway takes from the {role}")
+            # A server tool's use or result, a PDF, an image from the assistant: no chat equivalent.
+            dropped.add(where, kind)
     if role == "assistant":
         text = "".join(part["text"] for part in parts)
         assistant: dict[str, Any] = {"role": "assistant", "content": text or None}
@@ -270,7 +331,7 @@ def _stop_sequences(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
+def _tools(tools: Any, dropped: Dropped) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
         raise field_error("tools", "must be a list")
     out = []
@@ -279,8 +340,11 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
         if not isinstance(tool, dict):
             raise field_error(where, "must be an object")
         kind = tool.get("type")
-        if kind not in (None, "custom"):
-            raise field_error(f"{where}.type", "names a server tool this gateway does not run")
+        if kind not in (None, "custom") and not isinstance(tool.get("input_schema"), dict):
+            # A server tool (web_search_*), or one whose schema only Anthropic's models know
+            # (bash_*, text_editor_*): the worker can run or call none of them.
+            dropped.add(where, kind)
+            continue
         name, schema, description = tool.get("name"), tool.get("input_schema"), tool.get("description")
         if not isinstance(name, str) or not name:
             raise field_error(f"{where}.name", "must be a non-empty string")
@@ -334,6 +398,7 @@ def _thinking(thinking: Any) -> bool:
     kind = thinking.get("type") if isinstance(thinking, dict) else None
     if kind not in ("enabled", "disabled", "adaptive"):
         raise field_error("thinking.type", "must be 'enabled', 'disabled' or 'adaptive'")
+    # `display` (Claude Code sends "omitted") shapes Anthropic's own output only: nothing to map.
     budget = thinking.get("budget_tokens")
     if budget is not None and (not _is_int(budget) or budget < 0):
         raise field_error("thinking.budget_tokens", "must be a non-negative integer")

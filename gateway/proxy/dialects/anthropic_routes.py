@@ -20,18 +20,16 @@ from gateway.config import Settings
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.auth import Authenticator
 from gateway.proxy.context import CLIENT_CLOSED, RequestContext
-from gateway.proxy.dialects import anthropic_errors
+from gateway.proxy.dialects import anthropic_errors, ignored
 from gateway.proxy.dialects.anthropic import MESSAGES
 from gateway.proxy.dialects.anthropic_request import translate
 from gateway.proxy.pipeline import Pipeline, read_body
+from gateway.proxy.prompt_count import tokenize_body, worker_prompt_tokens
 from gateway.proxy.upstream import Upstream
-from gateway.proxy.usage import MAX_TOKENS
 from gateway.proxy.worker_errors import sanitised
 from gateway.routing.router import ModelRoute, Router
 
 TOKEN_COUNT_HEADER = "x-sluicegate-token-count"  # noqa: S105 (a header name, not a secret)
-# vLLM's /tokenize answers every token id too: a 128k-token prompt is about 1 MB of JSON.
-_MAX_TOKENIZE_BYTES = 8 * 1024 * 1024
 
 
 def _with_request_id(scope: Scope, send: Send) -> Send:
@@ -60,12 +58,13 @@ class CountTokens:
         self._settings = settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        send = _with_request_id(scope, send)
         ctx = RequestContext.of(scope)
+        send = ignored.announcing(ctx, _with_request_id(scope, send))
         ctx.api = "messages.count_tokens"
         try:
             response = await self._count(Request(scope, receive), ctx)
         except GatewayError as error:
+            ctx.answered_with(error)
             response = anthropic_errors.error_response(error)
         except ClientDisconnect:
             ctx.status, ctx.outcome = CLIENT_CLOSED, "disconnected"  # left while sending its body
@@ -80,6 +79,8 @@ class CountTokens:
         settings = self._settings
         body = await read_body(request, settings.max_body_bytes, settings.body_timeout_s)
         parsed = translate(body, needs_max_tokens=False)
+        ctx.ignored = parsed.ignored  # named in x-sluicegate-ignored, as on /v1/messages
+        ctx.requested_model = parsed.model
         route = router.resolve(parsed.model)
         if route is None:
             raise GatewayError(
@@ -104,29 +105,5 @@ class CountTokens:
     async def _worker_count(self, request: Request, route: ModelRoute, chat: dict[str, Any]) -> int | None:
         """The prompt's tokens by the tokenizer of a usable endpoint, chat template applied; None
         when no endpoint can say (the estimate stands in, and says so)."""
-        pool = next((p for p in route.pools if p.has_usable()), None)
-        endpoint = None if pool is None else next((e for e in pool.endpoints if e.usable), None)
-        if pool is None or endpoint is None:
-            return None
-        body = {"model": pool.wire_model, "messages": chat["messages"], "add_generation_prompt": True}
-        if chat.get("tools"):
-            body["tools"] = chat["tools"]
         upstream: Upstream = request.scope["state"]["upstream"]
-        timeouts = route.model.timeouts
-        try:
-            answer = await upstream.call_endpoint(
-                "POST",
-                endpoint.url + "/tokenize",
-                body=orjson.dumps(body),
-                headers={"content-type": "application/json"},
-                connect_s=timeouts.connect,
-                total_s=timeouts.idle,
-                max_bytes=_MAX_TOKENIZE_BYTES,
-            )
-        except GatewayError:
-            return None
-        try:
-            count = orjson.loads(answer.body).get("count") if answer.status == 200 else None
-        except (orjson.JSONDecodeError, AttributeError):
-            return None
-        return count if type(count) is int and 0 <= count <= MAX_TOKENS else None
+        return await worker_prompt_tokens(upstream, route, lambda pool: tokenize_body(chat, pool.wire_model))

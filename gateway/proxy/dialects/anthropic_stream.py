@@ -5,6 +5,7 @@
       content_block_start {index, content_block: text | thinking | tool_use}
       content_block_delta {index, delta: text_delta | thinking_delta | input_json_delta}
       content_block_stop
+    (no content at all: one empty text block, started and stopped)
     message_delta {stop_reason, stop_sequence, usage}   once the worker said [DONE]
     message_stop
     error                               instead of the rest, when the stream fails
@@ -135,6 +136,9 @@ class AnthropicStream:
         if not self._started:
             out.append(self._message_start())
         self._pieces(self._think.flush(), out)
+        if self._next_index == 0:
+            # An answer of nothing still carries one (empty) text block, as a whole answer does.
+            self._open("text", {"type": "text", "text": ""}, out)
         self._close(out)
         reason, sequence = stop_reason(self._finish, self._matched, self._stop_sequences)
         out.append(

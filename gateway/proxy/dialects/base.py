@@ -1,9 +1,10 @@
 """The seam between the pipeline and one client API.
 
     Dialect.parse(raw, native_models) -> Call   the client's body, validated: model, stream,
-                                        reservation (forwarded as it is for a model whose workers
+                                        output asked (forwarded as it is for a model whose workers
                                         serve the API natively: gateway.proxy.dialects.native)
-    Call.worker_body(wire_model, ...)   the body the worker gets
+    Call.worker_body(wire_model, ..., max_tokens)   the body the worker gets, with the output cap
+                                        admission reserved (gateway.limits.output)
     Dialect.stream(call, name) -> ClientStream   worker chunks -> client bytes, one stream
     Dialect.whole(call, answer, name)   a worker's whole answer -> the client's body
     Dialect.error_response / error_event / limit_headers   the API's own envelope and headers
@@ -20,7 +21,8 @@ from typing import Any, Protocol, TypeVar
 from starlette.responses import Response
 
 from gateway.errors import GatewayError
-from gateway.limits.admission import Admission, Reservation
+from gateway.limits.admission import Admission
+from gateway.limits.output import AskedOutput
 from gateway.proxy.worker_protocols import WorkerProtocol
 
 
@@ -50,11 +52,22 @@ class Call(Protocol):
         can serve it."""
         ...
 
-    def reservation(self, default_max_tokens: int) -> Reservation: ...
+    def asked_output(self) -> AskedOutput:
+        """The output cap per answer the client set (None: none), and how many answers."""
+        ...
+
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        """What the translation dropped, e.g. ("output_config", "tools[8]:web_search"): the
+        pipeline names it in x-sluicegate-ignored and counts it (gateway.proxy.dialects.ignored)."""
+        ...
 
     def estimated_prompt_tokens(self) -> int: ...
 
-    def worker_body(self, wire_model: str, *, continuous_usage: bool) -> bytes: ...
+    def worker_body(self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None) -> bytes:
+        """`max_tokens`: the cap per answer the worker must get, in the API's own field (None:
+        the request generates nothing, as embeddings)."""
+        ...
 
 
 class ClientStream(Protocol):

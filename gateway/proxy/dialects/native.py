@@ -20,8 +20,9 @@ from typing import Any
 import orjson
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.limits.admission import Reservation
+from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
+from gateway.proxy.dialects.tool_names import ToolNames
 from gateway.proxy.usage import MAX_TOKENS
 from gateway.proxy.worker_protocols import WorkerProtocol
 from gateway.routing.stored_responses import RESPONSE_ID_RE
@@ -60,17 +61,27 @@ class NativeCall:
     max_tokens: int | None
     prompt_estimate: int
     continues: str | None = None  # previous_response_id: the worker that holds it must answer
+    # Set by a model's `native_normalise` (gateway.proxy.dialects.model_rules): what was dropped,
+    # and the flat names of namespaced tools, named back in answers and events.
+    ignored: tuple[str, ...] = ()
+    names: ToolNames | None = None
 
-    def reservation(self, default_max_tokens: int) -> Reservation:
-        cap = self.max_tokens
-        return Reservation(self.prompt_estimate, cap if cap is not None else default_max_tokens)
+    @property
+    def cap_field(self) -> str:
+        """The API's output cap: Messages' `max_tokens`, Responses' `max_output_tokens`."""
+        return "max_output_tokens" if self.worker_path == RESPONSES_PATH else "max_tokens"
+
+    def asked_output(self) -> AskedOutput:
+        return AskedOutput(self.max_tokens)
 
     def estimated_prompt_tokens(self) -> int:
         return self.prompt_estimate
 
-    def worker_body(self, wire_model: str, *, continuous_usage: bool) -> bytes:
-        # Re-encoded from what orjson parsed, so it can always be written again.
-        return orjson.dumps({**self.body, "model": wire_model})
+    def worker_body(self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None) -> bytes:
+        """The body as sent but for the model and the output cap admission reserved (in the
+        API's own field). Re-encoded from what orjson parsed, so it can always be written again."""
+        caps: dict[str, int] = {} if max_tokens is None else {self.cap_field: max_tokens}
+        return orjson.dumps({**self.body, "model": wire_model, **caps})
 
 
 def _common(payload: dict[str, Any], cap_field: str) -> tuple[str, bool, int | None]:
@@ -192,23 +203,25 @@ class ResponsesPassThrough:
     """The worker's Responses events, as they are but for the model's name in each `response`;
     a failure is a `response.failed` event that continues the worker's sequence numbers."""
 
-    __slots__ = ("_answer_name", "_id", "_next_seq")
+    __slots__ = ("_answer_name", "_id", "_names", "_next_seq")
 
-    def __init__(self, answer_name: str) -> None:
+    def __init__(self, answer_name: str, names: ToolNames | None = None) -> None:
         self._answer_name = answer_name
         self._id: str | None = None
         self._next_seq = 0
+        self._names = names if names is not None and names.back else None
 
     def event(self, chunk: dict[str, Any], data: bytes, raw: bytes) -> bytes:
         seq = chunk.get("sequence_number")
         if type(seq) is int:
             self._next_seq = seq + 1
+        renamed = self._names is not None and self._names.event(chunk)
+        kind = chunk.get("type")
         response = chunk.get("response")
         if not isinstance(response, dict):
-            return raw
+            return sse(kind.encode() if isinstance(kind, str) else b"message", chunk) if renamed else raw
         self._id = worker_protocols.responses_id(response) or self._id
         named(response, self._answer_name)
-        kind = chunk.get("type")
         return sse(kind.encode() if isinstance(kind, str) else b"message", chunk)
 
     def done(self) -> bytes:

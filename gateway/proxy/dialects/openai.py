@@ -17,7 +17,8 @@ import orjson
 from starlette.responses import Response
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.limits.admission import Admission, LimitKind, Reservation
+from gateway.limits.admission import Admission, LimitKind
+from gateway.limits.output import NO_OUTPUT, AskedOutput
 from gateway.proxy import worker_protocols
 from gateway.proxy.usage import MAX_TOKENS
 from gateway.proxy.worker_protocols import WorkerProtocol
@@ -25,6 +26,11 @@ from gateway.proxy.worker_protocols import WorkerProtocol
 DONE_EVENT = b"data: [DONE]\n\n"
 # Answers one request may ask for (`n`, `best_of`): OpenAI's own cap. Each is reserved in full.
 MAX_CHOICES = 128
+# Where a client may put its output cap; the first given is the one that counts.
+_CAP_FIELDS = ("max_completion_tokens", "max_tokens")
+COMPLETIONS_PATH = "/v1/completions"
+# A completion without `max_tokens` generates 16 tokens, in OpenAI's API and in vLLM's.
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,17 +59,26 @@ class OpenAICall:
         return None
 
     @property
+    def ignored(self) -> tuple[str, ...]:
+        return ()  # the worker's own API: unknown fields pass through to it, nothing is dropped
+
+    @property
     def user(self) -> str | None:
         user = self.payload.get("user")
         return user if isinstance(user, str) else None
 
-    def worker_body(self, wire_model: str, *, continuous_usage: bool) -> bytes:
-        """The worker's name for the model, and on a stream usage always on (cumulative on every
+    def worker_body(self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None) -> bytes:
+        """The worker's name for the model, the output cap admission reserved (in the field the
+        client used, `max_tokens` if none), and on a stream usage always on (cumulative on every
         chunk where the worker supports it: exact metering when a client leaves mid-stream).
         Unchanged bytes when there is nothing to change."""
-        if not self.stream and self.model == wire_model:
+        caps: dict[str, int] = {}
+        if max_tokens is not None:
+            given = [name for name in _CAP_FIELDS if self.payload.get(name) is not None] or ["max_tokens"]
+            caps = {name: max_tokens for name in given if self.payload.get(name) != max_tokens}
+        if not self.stream and self.model == wire_model and not caps:
             return self.raw
-        payload = dict(self.payload)
+        payload = {**self.payload, **caps}
         payload["model"] = wire_model
         if self.stream:
             options = dict(self.payload.get("stream_options") or {})
@@ -73,15 +88,16 @@ class OpenAICall:
             payload["stream_options"] = options
         return _dumps(payload)
 
-    def reservation(self, default_max_tokens: int) -> Reservation:
-        """What admission charges token limits before the real usage is known: the cap for each
-        answer generated (`n` are returned, `best_of` generated; parse checked both)."""
+    def asked_output(self) -> AskedOutput:
+        """The cap per answer the client set (`max_completion_tokens` before `max_tokens`), and
+        the answers generated (`n` are returned, `best_of` generated; parse checked both)."""
         if self.is_embeddings:
-            return Reservation(self.estimated_prompt_tokens(), 0)
-        cap = self.payload.get("max_completion_tokens") or self.payload.get("max_tokens")
-        per_answer = cap if isinstance(cap, int) else default_max_tokens
+            return NO_OUTPUT
+        cap = next((self.payload[name] for name in _CAP_FIELDS if self.payload.get(name) is not None), None)
+        if cap is None and self.path == COMPLETIONS_PATH:
+            cap = COMPLETIONS_DEFAULT_MAX_TOKENS  # the API's own default, which engines apply too
         answers = max(self.payload.get("n") or 1, self.payload.get("best_of") or 1)
-        return Reservation(self.estimated_prompt_tokens(), per_answer * answers)
+        return AskedOutput(cap if isinstance(cap, int) else None, answers)
 
     def estimated_prompt_tokens(self) -> int:
         """For reservations, and for usage a worker did not report."""
@@ -201,7 +217,8 @@ class OpenAIDialect:
             input_field=self.input_field,
             wants_usage=bool(options and options.get("include_usage") is True),
             wants_continuous_usage=bool(options and options.get("continuous_usage_stats") is True),
-            prompt_estimate=_estimate(payload[self.input_field]),
+            # The tool schemas are prompt too (an agent's can outweigh its messages).
+            prompt_estimate=_estimate(payload[self.input_field]) + _estimate(payload.get("tools")),
             is_embeddings=not self.can_stream,
         )
 
@@ -258,7 +275,7 @@ def reset_duration(seconds: float) -> str:
 
 
 CHAT = OpenAIDialect("chat", "/v1/chat/completions", "messages", can_stream=True)
-COMPLETIONS = OpenAIDialect("completions", "/v1/completions", "prompt", can_stream=True)
+COMPLETIONS = OpenAIDialect("completions", COMPLETIONS_PATH, "prompt", can_stream=True)
 EMBEDDINGS = OpenAIDialect("embeddings", "/v1/embeddings", "input", can_stream=False)
 
 

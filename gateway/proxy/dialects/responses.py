@@ -25,6 +25,7 @@ from gateway.proxy.dialects.base import ClientStream
 from gateway.proxy.dialects.native import NativeCall
 from gateway.proxy.dialects.responses_call import ResponsesCall
 from gateway.proxy.dialects.responses_stream import ResponsesStream
+from gateway.proxy.dialects.tool_names import ToolNames
 from gateway.proxy.usage import InvalidUsage, Usage
 
 
@@ -69,8 +70,11 @@ def _tool_calls(message: dict[str, Any]) -> list[tuple[str, str, str]]:
     return out
 
 
-def output_items(message: dict[str, Any], status: str) -> list[dict[str, Any]]:
-    """reasoning, then the message, then function calls: the order a model produces them in."""
+def output_items(
+    message: dict[str, Any], status: str, names: ToolNames | None = None
+) -> list[dict[str, Any]]:
+    """reasoning, then the message, then function calls: the order a model produces them in. A
+    message with neither text nor call is still one (empty) message item."""
     items: list[dict[str, Any]] = []
     reasoning = _reasoning_text(message)
     if reasoning:
@@ -81,7 +85,9 @@ def output_items(message: dict[str, Any], status: str) -> list[dict[str, Any]]:
         text = content if isinstance(content, str) else ""
         items.append(shape.message_item(shape.new_id("msg"), text, status))
     for call_id, name, arguments in calls:
-        items.append(shape.function_call_item(shape.new_id("fc"), call_id, name, arguments, "completed"))
+        items.append(
+            shape.function_call_item(shape.new_id("fc"), call_id, name, arguments, "completed", names)
+        )
     return items
 
 
@@ -96,7 +102,7 @@ class ResponsesDialect:
 
     def stream(self, call: ResponsesCall | NativeCall, answer_name: str) -> ClientStream:
         if isinstance(call, NativeCall):
-            return native.ResponsesPassThrough(answer_name)
+            return native.ResponsesPassThrough(answer_name, call.names)
         return ResponsesStream(call, answer_name)
 
     def whole(
@@ -109,6 +115,8 @@ class ResponsesDialect:
                 # Told what it is metered with (Settlement), as on the translated path.
                 estimate = Usage(call.estimated_prompt_tokens(), self.estimated_completion_tokens(answer))
                 answer["usage"] = shape.usage_object(estimate, None)
+            if call.names is not None and call.names.back:
+                answer["output"] = call.names.output(answer.get("output"))
             return orjson.dumps(native.named(answer, answer_name))
         message, finish_reason = _message(answer)
         status, incomplete = shape.finish_status(finish_reason)
@@ -125,7 +133,7 @@ class ResponsesDialect:
         response.update(
             status=status,
             incomplete_details=incomplete,
-            output=output_items(message, status),
+            output=output_items(message, status, call.names),
             usage=shape.usage_object(usage, report),
         )
         return orjson.dumps(response)

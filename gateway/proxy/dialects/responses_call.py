@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.limits.admission import Reservation
+from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
 from gateway.proxy.dialects import responses_request as req
+from gateway.proxy.dialects.ignored import Dropped
+from gateway.proxy.dialects.tool_names import ToolNames
 from gateway.proxy.usage import InvalidUsage, Usage, parse_usage
 from gateway.proxy.worker_protocols import WorkerProtocol
 
@@ -37,6 +39,8 @@ class ResponsesCall:
     chat: dict[str, Any]  # the chat request's fields but model and the stream's
     prompt_estimate: int  # ~4 characters a token
     echo: dict[str, Any]  # what the response object repeats of the request
+    names: ToolNames = field(default_factory=ToolNames)  # flat names of namespaced tools, to name calls back
+    ignored: tuple[str, ...] = ()  # what the translation dropped (gateway.proxy.dialects.ignored)
 
     @property
     def worker_path(self) -> str:
@@ -55,8 +59,10 @@ class ResponsesCall:
         user = self.chat.get("user")
         return user if isinstance(user, str) else None
 
-    def worker_body(self, wire_model: str, *, continuous_usage: bool) -> bytes:
+    def worker_body(self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None) -> bytes:
         body: dict[str, Any] = {"model": wire_model, **self.chat, "stream": self.stream}
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens  # the cap admission reserved
         if self.stream:
             # The final usage report is what response.completed tells the client; cumulative
             # usage on every chunk meters a client that leaves mid-stream exactly.
@@ -66,9 +72,9 @@ class ResponsesCall:
             body["stream_options"] = options
         return req.dumps(body)
 
-    def reservation(self, default_max_tokens: int) -> Reservation:
-        cap = self.chat.get("max_tokens")
-        return Reservation(self.prompt_estimate, cap if isinstance(cap, int) else default_max_tokens)
+    def asked_output(self) -> AskedOutput:
+        cap = self.chat.get("max_tokens")  # from max_output_tokens
+        return AskedOutput(cap if isinstance(cap, int) else None)
 
     def estimated_prompt_tokens(self) -> int:
         return self.prompt_estimate
@@ -128,10 +134,14 @@ def parse_call(raw: bytes) -> ResponsesCall:
     if stream is not None and not isinstance(stream, bool):
         raise req.field_error("stream", "must be a boolean")
     req.refuse_stateful(payload)
-    chat = {"messages": req.messages(payload), **req.chat_fields(payload)}
+    dropped = Dropped()
+    fields, names = req.chat_fields(payload, dropped)
+    chat = {"messages": req.messages(payload, names, dropped), **fields}
     # Re-encoded once here: a body orjson cannot write is refused before admission.
     size = len(req.dumps(chat))
-    return ResponsesCall(model, bool(stream), chat, max(1, size // 4), _echo(payload, chat))
+    return ResponsesCall(
+        model, bool(stream), chat, max(1, size // 4), _echo(payload, chat), names, dropped.done()
+    )
 
 
 def finish_status(finish_reason: str | None) -> tuple[str, dict[str, str] | None]:
@@ -192,8 +202,11 @@ def reasoning_part(text: str) -> dict[str, Any]:
     return {"type": "reasoning_text", "text": text}
 
 
-def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
-    return {
+def function_call_item(
+    item_id: str, call_id: str, name: str, arguments: str, status: str, names: ToolNames | None = None
+) -> dict[str, Any]:
+    """`names`: a flat name of a namespaced tool is told as OpenAI tells it (name + namespace)."""
+    item = {
         "id": item_id,
         "type": "function_call",
         "status": status,
@@ -201,6 +214,7 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: str, st
         "name": name,
         "arguments": arguments,
     }
+    return item if names is None else names.item(item)
 
 
 def now() -> int:

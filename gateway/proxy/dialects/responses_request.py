@@ -3,13 +3,18 @@
     input: a string                        -> one user message
     input items:
       {role, content}  (type "message")    -> a chat message (developer -> system); input_text /
-                                              output_text parts -> text, input_image -> image_url
-      function_call {call_id, name, arguments}  -> an assistant message's tool_calls (consecutive
-                                              calls join one message, as chat carries them)
+                                              output_text parts -> text, input_image -> image_url;
+                                              other parts dropped (listed in `ignored`)
+      function_call {call_id, name, arguments[, namespace]}  -> an assistant message's tool_calls
+                                              (consecutive calls join one message, as chat carries
+                                              them; a namespaced one under its flat name)
       function_call_output {call_id, output}    -> a `role: tool` message
       reasoning                            -> dropped: chat workers take no reasoning back
-    instructions         -> the first system message
-    tools [{type: function, name, description, parameters, strict}] -> chat function tools
+      other item types (web_search_call, ...)   -> dropped, listed in `ignored`
+    instructions, developer / system items -> system messages, then folded (chat_shape): one
+                                              leading system message, later ones in place
+    tools [{type: function, name, description, parameters, strict}] -> chat function tools;
+          namespace tools flattened, hosted tools dropped (tool_names)
     tool_choice          -> auto | none | required | {type: function, function: {name}}
     max_output_tokens    -> max_tokens        temperature, top_p, parallel_tool_calls, user: as is
     text.format          -> response_format (json_schema, json_object)
@@ -17,7 +22,9 @@
 
 Translation is stateless: whatever needs a stored response (`previous_response_id`, `store:
 true`, `conversation`, `background`, `item_reference` items) is refused with a 400 that names the
-pool setting that will serve it. Fields the chat contract has no use for are ignored.
+pool setting that will serve it. Fields the chat contract has no use for are accepted and
+listed in `ignored` (`include`, `client_metadata`, `reasoning.summary`, unknown fields);
+`prompt_cache_key` and `store: false` are accepted as they mean nothing else here.
 """
 
 from __future__ import annotations
@@ -27,11 +34,38 @@ from typing import Any
 import orjson
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.proxy.dialects import chat_shape
+from gateway.proxy.dialects.ignored import Dropped
+from gateway.proxy.dialects.tool_names import ToolNames, flatten, input_call
 from gateway.proxy.usage import MAX_TOKENS
 
 NATIVE_SETTING = "protocols: {responses: native}"
 _CHAT_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 _TOOL_CHOICES = ("auto", "none", "required")
+# Top-level fields the translation reads, or accepts as they are (the rest is listed as ignored).
+HANDLED = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "stream",
+        "tools",
+        "tool_choice",
+        "temperature",
+        "top_p",
+        "parallel_tool_calls",
+        "max_output_tokens",
+        "text",
+        "reasoning",
+        "user",
+        "metadata",
+        "store",
+        "background",
+        "previous_response_id",
+        "conversation",
+        "prompt_cache_key",
+    }
+)
 _STORED_ONLY = (
     ("previous_response_id", "continues a stored response"),
     ("conversation", "continues a stored conversation"),
@@ -78,8 +112,9 @@ def refuse_stateful(payload: dict[str, Any]) -> None:
             raise field_error(name, "must be a boolean")
 
 
-def _text_of(content: Any, param: str, *, images: bool) -> str | list[dict[str, Any]]:
-    """A message's content: a string, or its parts in chat's shape (plain text when it is only text)."""
+def _text_of(content: Any, param: str, *, images: bool, dropped: Dropped) -> str | list[dict[str, Any]]:
+    """A message's content: a string, or its parts in chat's shape (plain text when it is only
+    text). A part chat cannot carry (a file, audio, an image where chat takes none) is dropped."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -104,7 +139,7 @@ def _text_of(content: Any, param: str, *, images: bool) -> str | list[dict[str, 
                 image["detail"] = part["detail"]
             parts.append({"type": "image_url", "image_url": image})
         else:
-            raise field_error(where, f"has a content type this gateway does not translate ({_name(kind)})")
+            dropped.add(where, kind)
     if all(p["type"] == "text" for p in parts):
         return "".join(p["text"] for p in parts)
     return parts
@@ -125,17 +160,21 @@ def _tool_call(item: dict[str, Any], param: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def _tool_output(item: dict[str, Any], param: str) -> dict[str, Any]:
+def _tool_output(item: dict[str, Any], param: str, dropped: Dropped) -> dict[str, Any]:
     call_id, output = item.get("call_id"), item.get("output")
     if not isinstance(call_id, str) or not call_id:
         raise field_error(f"{param}.call_id", "must be a non-empty string")
-    text = _text_of(output, f"{param}.output", images=False)
+    text = _text_of(output, f"{param}.output", images=False, dropped=dropped)
     assert isinstance(text, str)  # text-only parts join into one string
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
-def messages(payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """`instructions` and `input` as chat messages."""
+def messages(payload: dict[str, Any], names: ToolNames, dropped: Dropped) -> list[dict[str, Any]]:
+    """`instructions` and `input` as chat messages, system messages folded (chat_shape)."""
+    return chat_shape.fold_chat(_messages(payload, names, dropped))
+
+
+def _messages(payload: dict[str, Any], names: ToolNames, dropped: Dropped) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     instructions = payload.get("instructions")
     if instructions is not None:
@@ -157,44 +196,42 @@ def messages(payload: dict[str, Any]) -> list[dict[str, Any]]:
             given = item.get("role")
             role = _CHAT_ROLES.get(given) if isinstance(given, str) else None
             if role is None:
-                raise field_error(f"{param}.role", "must be one of user, assistant, system, developer")
-            content = _text_of(item.get("content"), f"{param}.content", images=role == "user")
+                raise field_error(
+                    f"{param}.role",
+                    f"is {_name(given)}, a role this gateway does not take: one of user, assistant, "
+                    "system, developer",
+                )
+            images = role == "user"
+            content = _text_of(item.get("content"), f"{param}.content", images=images, dropped=dropped)
             out.append({"role": role, "content": content})
         elif kind == "function_call":
-            call = _tool_call(item, param)
+            call = _tool_call(input_call(item, names), param)
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
-            out.append(_tool_output(item, param))
+            out.append(_tool_output(item, param, dropped))
         elif kind == "reasoning":
             continue
         elif kind == "item_reference":
             raise _stored_error(param, "refers to a stored item")
         else:
-            raise field_error(
-                f"{param}.type", f"is an item type this gateway does not translate ({_name(kind)})"
-            )
+            # A hosted tool's call, an MCP listing...: nothing a chat worker can take back.
+            dropped.add(param, kind)
+    if not any(m["role"] != "system" for m in out):
+        raise field_error("input", "has no message, call or result a worker could answer")
     return out
 
 
-def tools(payload: dict[str, Any]) -> list[dict[str, Any]] | None:
-    value = payload.get("tools")
-    if value is None:
+def tools(functions: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Responses function tools (flattened: tool_names.flatten) as chat function tools."""
+    if functions is None:
         return None
-    if not isinstance(value, list):
-        raise field_error("tools", "must be a list")
     out: list[dict[str, Any]] = []
-    for i, tool in enumerate(value):
+    for i, tool in enumerate(functions):
         param = f"tools[{i}]"
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind != "function":
-            raise field_error(
-                f"{param}.type", f"must be 'function': built-in tools need OpenAI ({_name(kind)})"
-            )
-        assert isinstance(tool, dict)
         name = tool.get("name")
         if not isinstance(name, str) or not name:
             raise field_error(f"{param}.name", "must be a non-empty string")
@@ -252,8 +289,9 @@ def max_output_tokens(payload: dict[str, Any]) -> int | None:
     return value
 
 
-def chat_fields(payload: dict[str, Any]) -> dict[str, Any]:
-    """Every chat field but `model`, `messages` and the stream's: checked and translated."""
+def chat_fields(payload: dict[str, Any], dropped: Dropped) -> tuple[dict[str, Any], ToolNames]:
+    """Every chat field but `model`, `messages` and the stream's: checked and translated; and the
+    flat names of namespaced tools."""
     out: dict[str, Any] = {}
     for name in ("temperature", "top_p"):
         value = payload.get(name)
@@ -269,7 +307,8 @@ def chat_fields(payload: dict[str, Any]) -> dict[str, Any]:
     cap = max_output_tokens(payload)
     if cap is not None:
         out["max_tokens"] = cap
-    chat_tools = tools(payload)
+    functions, names = flatten(payload.get("tools"), dropped)
+    chat_tools = tools(functions)
     if chat_tools:
         out["tools"] = chat_tools
     choice = tool_choice(payload.get("tool_choice"))
@@ -287,9 +326,12 @@ def chat_fields(payload: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(effort, str):
                 raise field_error("reasoning.effort", "must be a string")
             out["reasoning_effort"] = effort
+        if reasoning.get("summary") is not None:
+            dropped.add("reasoning.summary")  # a chat worker writes no summary of its reasoning
     user = payload.get("user")
     if user is not None:
         if not isinstance(user, str):
             raise field_error("user", "must be a string")
         out["user"] = user
-    return out
+    dropped.fields(payload, HANDLED)
+    return out, names

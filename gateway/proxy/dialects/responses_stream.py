@@ -10,13 +10,16 @@
       function_call: response.function_call_arguments.delta... / .done
       response.output_item.done
     response.completed, or response.incomplete (the worker hit max_output_tokens)
+        (an answer with neither text nor call still gets one, empty, message item)
     response.failed                                          a failure after the stream began
 
 Every delta is relayed the moment its worker chunk arrives; nothing is held back for the end.
 Text and reasoning items close when the worker moves on to something else; function calls stay
 open until the finish, since a worker may interleave several calls' argument fragments (by their
-tool index). Usage in the last event is the report the settlement meters: the worker's final
-one, else the last cumulative one, else the gateway's estimate (gateway.proxy.settlement).
+tool index). A call of a flattened namespace tool is told by its own name and `namespace`
+(gateway.proxy.dialects.tool_names), in its items and in function_call_arguments.done.
+Usage in the last event is the report the settlement meters: the worker's final one, else the last
+cumulative one, else the gateway's estimate (gateway.proxy.settlement).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import orjson
 from gateway.errors import GatewayError
 from gateway.proxy.dialects import responses_call as shape
 from gateway.proxy.dialects.responses_call import ResponsesCall
+from gateway.proxy.dialects.tool_names import ToolNames
 from gateway.proxy.usage import Usage
 
 
@@ -51,7 +55,8 @@ class _Item:
     item_id: str
     text: list[str] = field(default_factory=list)  # text, reasoning or argument fragments
     call_id: str = ""
-    name: str = ""
+    name: str = ""  # the worker's name for a function (a flat one for a namespaced tool)
+    names: ToolNames | None = None
     done: dict[str, Any] | None = None  # the finished item, once closed
     # A text or reasoning item's delta event as written between its sequence number and its
     # delta's string (see ResponsesStream._text); b"" until the first delta.
@@ -64,7 +69,7 @@ class _Item:
         if self.kind == "reasoning":
             return shape.reasoning_item(self.item_id, text, status)
         call_status = "completed" if status != "in_progress" else status
-        return shape.function_call_item(self.item_id, self.call_id, self.name, text, call_status)
+        return shape.function_call_item(self.item_id, self.call_id, self.name, text, call_status, self.names)
 
 
 class ResponsesStream:
@@ -115,6 +120,11 @@ class ResponsesStream:
 
     def done(self) -> bytes:
         out: list[bytes] = [] if self._seq else self._begin()
+        if not self._items:
+            # Neither text nor a call: the client still gets the one message item it expects.
+            self._open = self._open_item("message", "msg", out)
+            where = self._where(self._open)
+            out.append(self._emit("response.content_part.added", **where, part=shape.text_part("")))
         self._close_all(out)
         status, incomplete = shape.finish_status(self._finish)
         self._response.update(
@@ -168,7 +178,9 @@ class ResponsesStream:
     def _open_item(
         self, kind: str, prefix: str, out: list[bytes], call_id: str = "", name: str = ""
     ) -> _Item:
-        item = _Item(kind, len(self._items), shape.new_id(prefix), call_id=call_id, name=name)
+        item = _Item(
+            kind, len(self._items), shape.new_id(prefix), call_id=call_id, name=name, names=self._call.names
+        )
         self._items.append(item)
         out.append(
             self._emit("response.output_item.added", output_index=item.index, item=item.shaped("in_progress"))
@@ -258,7 +270,7 @@ class ResponsesStream:
                     "response.function_call_arguments.done",
                     item_id=item.item_id,
                     output_index=item.index,
-                    name=item.name,
+                    name=item.names.original(item.name)[0] if item.names else item.name,
                     arguments=text,
                 )
             )

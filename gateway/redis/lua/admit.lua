@@ -1,77 +1,90 @@
 -- Atomic admission over every limit of one request: either all admit it and are charged, or
--- none is. Redis server TIME, so replicas with skewed clocks agree.
+-- none is. Token limits and budgets grant the largest output reservation that fits now, up to
+-- what was asked; the request is refused only when its prompt plus the least output
+-- (ARGV[3]) does not fit. Redis server TIME, so replicas with skewed clocks agree.
 -- KEYS[i]: the state key of limit i, then last the request's admission marker (it exists while
 -- the charges are unsettled); all share the team's hash tag (Redis Cluster safe).
--- ARGV[1]: the request id; then four values per limit: kind, a, b, c
---   "g" GCRA, for requests or tokens: a = rate, b = period (s), c = cost (1, or reserved tokens)
+-- ARGV[1]: the request id; ARGV[2]: output tokens asked; ARGV[3]: the least output worth
+-- admitting; ARGV[4]: the grant is a multiple of this (one cap per answer); then five values
+-- per limit: kind, a, b, p (fixed cost), w (1: the output counts too, 0: it does not)
+--   "g" GCRA, for requests or tokens: a = rate, b = period (s)
 --   "c" concurrency slots:            a = max in flight, b = lease (s)
---   "b" token budget:                 a = quota, b = reserved tokens, c = seconds to period end
--- Returns {allowed (0/1), index of the first refusing limit (0 if none),
+--   "b" token budget:                 a = quota, b = seconds to period end
+-- Returns {allowed (0/1), index of the first refusing limit (0 if none), output granted,
+--          index of the limit that bounded the grant (0 if none),
 --          then per limit: remaining, reset_after (s, string), retry_after (s, string)}.
 local time = redis.call("TIME")
 -- Seconds since 2017 keep a double precise to the microsecond.
 local now = (tonumber(time[1]) - 1483228800) + tonumber(time[2]) / 1000000
-local out = {1, 0}
-local apply = {}
+local asked, least, step = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local limits = #KEYS - 1
-local lease = 0
+local room, tats, used = {}, {}, {}
+local denied, granted, bounded = 0, asked, 0
+-- What each limit can take now; the first that cannot take the prompt and the least output
+-- refuses. The epsilons absorb float error: 59.4 / 0.6 must count as 99, not 98.99999.
 for i = 1, limits do
-  local base = 1 + (i - 1) * 4
-  local kind = ARGV[base + 1]
-  local a, b, c = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
-  local ok, remaining, reset_after, retry_after
+  local base = 4 + (i - 1) * 5
+  local kind, a, b = ARGV[base + 1], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+  local p, w = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
   if kind == "g" then
-    local emission = b / a
     local tat = tonumber(redis.call("GET", KEYS[i]) or now)
     if tat < now then tat = now end
-    local new_tat = tat + emission * c
-    local diff = now - (new_tat - emission * a)
-    -- The epsilons absorb float error: 59.4 / 0.6 must count as 99, not 98.99999.
-    ok = diff >= -1e-6
-    if ok then
-      remaining, reset_after, retry_after = math.floor(diff / emission + 1e-6), new_tat - now, 0
-      apply[i] = new_tat
-    else
-      remaining = math.max(0, math.floor((now - (tat - emission * a)) / emission + 1e-6))
-      reset_after, retry_after = tat - now, -diff
-    end
+    tats[i] = tat
+    room[i] = a - (tat - now) * a / b
   elseif kind == "c" then
     redis.call("ZREMRANGEBYSCORE", KEYS[i], "-inf", now)  -- leases of requests that never ended
-    local held = redis.call("ZCARD", KEYS[i])
-    ok = held < a
-    remaining, reset_after, retry_after = ok and (a - held - 1) or 0, 0, ok and 0 or 1
-    if ok then apply[i] = now + b end
+    room[i] = a - redis.call("ZCARD", KEYS[i])
   else
-    local used = tonumber(redis.call("GET", KEYS[i]) or 0)
-    ok = used + b <= a
-    remaining, reset_after, retry_after = math.max(0, a - used - (ok and b or 0)), c, ok and 0 or c
-    if ok then apply[i] = b end
+    used[i] = tonumber(redis.call("GET", KEYS[i]) or 0)
+    room[i] = a - used[i]
   end
-  if not ok and out[1] == 1 then
-    out[1], out[2] = 0, i
+  if denied == 0 and p + w * least > room[i] + 1e-6 then
+    denied = i
   end
-  out[#out + 1] = remaining
+  if w == 1 and room[i] - p < granted then
+    granted, bounded = math.max(0, math.floor(room[i] - p + 1e-6)), i
+  end
+end
+granted = denied == 0 and granted - granted % step or 0
+local out = {denied == 0 and 1 or 0, denied, granted, granted < asked and bounded or 0}
+local lease = 0
+for i = 1, limits do
+  local base = 4 + (i - 1) * 5
+  local kind, a, b = ARGV[base + 1], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+  local cost = tonumber(ARGV[base + 4]) + tonumber(ARGV[base + 5]) * (denied == 0 and granted or least)
+  local remaining, reset_after, retry_after
+  if kind == "g" then
+    local emission = b / a
+    if denied == 0 then
+      local new_tat = tats[i] + emission * cost
+      redis.call("SET", KEYS[i], tostring(new_tat), "EX", math.ceil(new_tat - now) + 1)
+      remaining, reset_after, retry_after = room[i] - cost, new_tat - now, 0
+    else
+      remaining, reset_after = room[i], tats[i] - now
+      retry_after = math.max(0, (cost - room[i]) * emission)
+    end
+  elseif kind == "c" then
+    remaining, reset_after, retry_after = room[i] - (denied == 0 and 1 or 0), 0, room[i] >= 1 and 0 or 1
+    if denied == 0 then
+      redis.call("ZADD", KEYS[i], now + b, ARGV[1])
+      lease = math.ceil(b) + 1
+      redis.call("EXPIRE", KEYS[i], lease)
+    end
+  else
+    remaining, reset_after = room[i] - (denied == 0 and cost or 0), b
+    retry_after = cost > room[i] and b or 0
+    if denied == 0 then
+      redis.call("INCRBY", KEYS[i], cost)
+      redis.call("EXPIRE", KEYS[i], math.ceil(b) + 3600)
+    end
+  end
+  out[#out + 1] = math.max(0, math.floor(remaining + 1e-6))
   out[#out + 1] = tostring(reset_after)
   out[#out + 1] = tostring(retry_after)
 end
-if out[1] == 1 then
-  for i = 1, limits do
-    local base = 1 + (i - 1) * 4
-    local kind = ARGV[base + 1]
-    if kind == "g" then
-      redis.call("SET", KEYS[i], tostring(apply[i]), "EX", math.ceil(apply[i] - now) + 1)
-    elseif kind == "c" then
-      redis.call("ZADD", KEYS[i], apply[i], ARGV[1])
-      redis.call("EXPIRE", KEYS[i], math.ceil(tonumber(ARGV[base + 3])) + 1)
-      lease = math.ceil(tonumber(ARGV[base + 3])) + 1
-    else
-      redis.call("INCRBY", KEYS[i], apply[i])
-      redis.call("EXPIRE", KEYS[i], math.ceil(tonumber(ARGV[base + 4])) + 3600)
-    end
-  end
-end
-if out[1] == 1 then
-  -- Outlives every lease; a budget's or a minute's refund is worthless much later anyway.
-  redis.call("SET", KEYS[#KEYS], "1", "EX", math.max(lease, 3600))
+if denied == 0 then
+  -- Outlives every lease; a budget's or a minute's refund is worthless much later anyway. It
+  -- holds the output granted: what a void settlement (settle.lua) gives back on top of the prompt.
+  redis.call("SET", KEYS[#KEYS], granted, "EX", math.max(lease, 3600))
 end
 return out

@@ -8,16 +8,25 @@
 -- record spooled before usage had the api), prompt, completion, error,
 -- disconnect, void; then two values per limit key: kind, a
 -- void = "1": an admission whose reply was lost (the client was refused): give back what it
--- charged, only if admit.lua did charge it (its marker exists), and meter nothing.
+-- charged, only if admit.lua did charge it (its marker exists, holding the output it granted),
+-- and meter nothing.
 --   "g" token GCRA: a = "<seconds per token>:<tokens to give back>" (negative: charge more)
 --   "c" concurrency: a = the request id to release
 --   "b" budget:      a = tokens to give back (negative: charge more)
+-- In a void, tokens to give back may end in ":1": plus the output the marker says was granted.
 local time = redis.call("TIME")
 local now = (tonumber(time[1]) - 1483228800) + tonumber(time[2]) / 1000000
+local granted = 0
+local function tokens(text)
+  local n, plus = string.match(text, "^([^:]+):?(.*)$")
+  return tonumber(n) + (plus == "1" and granted or 0)
+end
 if ARGV[9] == "1" then
-  if redis.call("DEL", KEYS[4]) == 0 then
+  granted = tonumber(redis.call("GET", KEYS[4]))
+  if not granted then
     return 0
   end
+  redis.call("DEL", KEYS[4])
 else
   if not redis.call("SET", KEYS[1], "1", "NX", "EX", ARGV[1]) then
     return 0
@@ -41,7 +50,7 @@ for i = 6, #KEYS do
   local kind, a = ARGV[base + 1], ARGV[base + 2]
   if kind == "g" then
     local sep = string.find(a, ":", 1, true)
-    local emission, give_back = tonumber(string.sub(a, 1, sep - 1)), tonumber(string.sub(a, sep + 1))
+    local emission, give_back = tonumber(string.sub(a, 1, sep - 1)), tokens(string.sub(a, sep + 1))
     local tat = tonumber(redis.call("GET", KEYS[i]))
     if tat then
       tat = tat - emission * give_back
@@ -54,7 +63,7 @@ for i = 6, #KEYS do
   elseif kind == "c" then
     redis.call("ZREM", KEYS[i], a)
   elseif redis.call("EXISTS", KEYS[i]) == 1 then  -- a budget whose period has not rolled over
-    redis.call("DECRBY", KEYS[i], a)
+    redis.call("DECRBY", KEYS[i], tokens(a))
   end
 end
 return 1

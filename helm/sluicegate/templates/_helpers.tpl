@@ -195,6 +195,9 @@ plus what templates derive from it: {"models": [ {..., "_slug", "_resourceName",
 {{- if .routing }}{{ $_ := set $entry "routing" .routing }}{{ end -}}
 {{- if .health }}{{ $_ := set $entry "health" .health }}{{ end -}}
 {{- if .timeouts }}{{ $_ := set $entry "timeouts" .timeouts }}{{ end -}}
+{{- if .max_output_tokens }}{{ $_ := set $entry "max_output_tokens" .max_output_tokens }}{{ end -}}
+{{- if .context_window }}{{ $_ := set $entry "context_window" .context_window }}{{ end -}}
+{{- if .default_max_tokens }}{{ $_ := set $entry "default_max_tokens" .default_max_tokens }}{{ end -}}
 {{- $entries = append $entries $entry -}}
 {{- end -}}
 {{- $entries = concat $entries .Values.extraModels -}}
