@@ -11,32 +11,34 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from gateway import __version__
 from gateway.admin.audit import AuditLog
 from gateway.admin.deps import AdminDeps
 from gateway.admin.models import admin_model_routes
 from gateway.admin.routes import admin_routes
+from gateway.apis import APIS, ClientApi
 from gateway.config import ModelTable, Settings
 from gateway.console.routes import console_mount
 from gateway.discovery.kubernetes import start_discovery
 from gateway.drain import Drain
-from gateway.edge import api, openapi, unknown_routes
+from gateway.edge import openapi, unknown_routes
 from gateway.edge.key_info import KeyInfoDeps, key_info
 from gateway.edge.middleware import RequestContextMiddleware
 from gateway.errors import ErrorCode, GatewayError, from_http_status
+from gateway.http.networks import trusted_networks
 from gateway.keys.auth import Authenticator
+from gateway.keys.credentials import secret_headers
 from gateway.keys.store import KeyStore
 from gateway.limits.admission import RateLimiter
 from gateway.limits.peek import LimitReader
@@ -44,8 +46,8 @@ from gateway.metering.meter import Meter
 from gateway.metering.spool import Spool
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import Tracing
-from gateway.proxy.dialects import anthropic_routes, openai, responses, responses_stored
-from gateway.proxy.forwarding import Forwarding, trusted_networks
+from gateway.proxy.forwarding import Forwarding
+from gateway.proxy.gate import Gate
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.upstream import Upstream, new_session
 from gateway.redis.breaker import RedisBreaker
@@ -56,6 +58,7 @@ from gateway.routing.prefix_share import PrefixShare
 from gateway.routing.router import Router
 from gateway.routing.stored_responses import StoredResponses
 from gateway.routing.vtc import FairShareStore
+from gateway.state import AppState, app_state
 
 log = logging.getLogger("sluicegate.app")
 
@@ -68,11 +71,16 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
     return exc.response()
 
 
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    if exc.status_code in (404, 405):  # no such route, or not this method: in the caller's family
-        return unknown_routes.answer(request, exc.status_code, exc.headers)
-    return from_http_status(exc.status_code, str(exc.detail)).response(exc.headers)
+def _http_error(apis: tuple[ClientApi, ...]) -> Callable[[Request, Exception], Awaitable[Response]]:
+    families = tuple(api.unknown_routes for api in apis if api.unknown_routes is not None)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code in (404, 405):  # no such route, or not this method: in the caller's family
+            return unknown_routes.answer(request, exc.status_code, exc.headers, families)
+        return from_http_status(exc.status_code, str(exc.detail)).response(exc.headers)
+
+    return http_error
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:
@@ -106,18 +114,30 @@ def create_app(
     registry: CollectorRegistry | None = None,
     rng: random.Random | None = None,
     drain: Drain | None = None,
+    apis: tuple[ClientApi, ...] = APIS,
 ) -> Starlette:
     """`drain`: the shutdown state the server that runs this app sets (gateway.drain); the app
-    keeps it as `app.state.drain`."""
+    keeps it as `app.state.drain`. `apis`: the client APIs it serves (gateway.apis), each one's
+    declarations handed down here to the layers that need them."""
     drain = drain or Drain()
     metrics = Metrics(registry)
     router = Router(table, metrics, rng=rng, prefix_index_blocks=settings.prefix_index_blocks)
-    forwarding = Forwarding(trusted_networks(settings.trusted_proxies))
+    # Every API's credential places, each taken on every client route; and never forwarded.
+    credentials = tuple(dict.fromkeys(c for api in apis for c in api.credentials))
+    forwarding = Forwarding(
+        trusted_networks(settings.trusted_proxies),
+        never_forward=secret_headers(credentials) | {h for api in apis for h in api.never_forward},
+    )
+    operations = {dialect: op for api in apis for dialect, op in api.operations.items()}
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, object]]:
+    async def lifespan(app: Starlette) -> AsyncIterator[AppState]:
         # None unless an OTLP endpoint is set: then nothing of the SDK exists (tracing.py).
-        tracing = None if settings.tracing is None else Tracing(settings.tracing, version=__version__)
+        tracing = (
+            None
+            if settings.tracing is None
+            else Tracing(settings.tracing, version=__version__, operations=operations)
+        )
         redis = connect_redis(settings)
         session = new_session()
         keystore = KeyStore(redis)
@@ -131,19 +151,26 @@ def create_app(
         breaker = RedisBreaker(cool_down_s=settings.redis_timeout_s)
         upstream = Upstream(session, router, metrics)
         auth = Authenticator(
-            keystore, breaker, cache_ttl_s=settings.key_cache_ttl_s, timeout_s=settings.redis_timeout_s
+            keystore,
+            breaker,
+            cache_ttl_s=settings.key_cache_ttl_s,
+            timeout_s=settings.redis_timeout_s,
+            credentials=credentials,
+        )
+        gate = Gate(auth, router)
+        limiter = RateLimiter(
+            redis,
+            metrics,
+            breaker,
+            meter,
+            timeout_s=settings.redis_timeout_s,
+            fail_open=settings.redis_fail_open,
+            lease_s=settings.concurrency_lease_s,
         )
         pipeline = Pipeline(
             settings=settings,
-            auth=auth,
-            limiter=RateLimiter(
-                redis,
-                metrics,
-                breaker,
-                meter,
-                timeout_s=settings.redis_timeout_s,
-                fail_open=settings.redis_fail_open,
-            ),
+            gate=gate,
+            limiter=limiter,
             router=router,
             upstream=upstream,
             forwarding=forwarding,
@@ -151,6 +178,7 @@ def create_app(
             metrics=metrics,
             stored=stored,
             drain=drain,
+            hosted_tools=frozenset(tool for api in apis for tool in api.hosted_tools),
         )
         audit = AuditLog(redis, max_entries=settings.audit_max_entries)
         admin = AdminDeps(
@@ -189,22 +217,23 @@ def create_app(
             watch_redis(redis, metrics.redis_up, timeout_s=settings.redis_timeout_s)
         )
         try:
-            yield {
-                "pipeline": pipeline,
-                "admin": admin,
-                "auth": auth,
-                "router": router,
-                "redis": redis,
-                "key_info": KeyInfoDeps(
+            yield AppState(
+                settings=settings,
+                pipeline=pipeline,
+                gate=gate,
+                admin=admin,
+                router=router,
+                redis=redis,
+                key_info=KeyInfoDeps(
                     auth,
                     LimitReader(redis, timeout_s=settings.redis_timeout_s),
                     meter,
                     timeout_s=settings.redis_timeout_s,
                 ),
-                "stored": stored,
-                "upstream": upstream,
-                "tracing": tracing,
-            }
+                stored=stored,
+                upstream=upstream,
+                tracing=tracing,
+            )
         finally:
             if discovery is not None:
                 await discovery.stop()
@@ -218,7 +247,9 @@ def create_app(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await limiter.aclose()  # after the drain: nothing runs that holds a slot
             await meter.stop(spool)
+            await upstream.aclose()
             await session.close()
             await redis.aclose(close_connection_pool=True)
             if tracing is not None:
@@ -233,7 +264,7 @@ def create_app(
     async def readyz(request: Request) -> Response:
         if drain.draining:  # shutting down: out of the Service's endpoints, still serving for now
             return JSONResponse({"ready": False, "checks": {"shutdown": "draining"}}, status_code=503)
-        redis: Redis = request.scope["state"]["redis"]
+        redis = app_state(request.scope)["redis"]
         checks: dict[str, str] = {}
         try:
             async with asyncio.timeout(settings.redis_timeout_s):
@@ -245,17 +276,9 @@ def create_app(
         ready = all(v == "ok" for v in checks.values())
         return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
-    routes = [
-        Route("/v1/chat/completions", api.ProxyEndpoint(openai.CHAT), methods=["POST"]),
-        Route("/v1/completions", api.ProxyEndpoint(openai.COMPLETIONS), methods=["POST"]),
-        Route("/v1/embeddings", api.ProxyEndpoint(openai.EMBEDDINGS), methods=["POST"]),
-        Route("/v1/responses", api.ProxyEndpoint(responses.RESPONSES), methods=["POST"]),
-        *responses_stored.stored_routes(),
-        Route("/v1/messages", anthropic_routes.Messages(), methods=["POST"]),
-        Route("/v1/messages/count_tokens", anthropic_routes.CountTokens(settings), methods=["POST"]),
-        Route("/v1/models", api.list_models, methods=["GET"]),
-        # `:path`: model names may hold a `/` (`meta-llama/Llama-3-8B`)
-        Route("/v1/models/{model:path}", api.retrieve_model, methods=["GET"]),
+    routes: list[BaseRoute] = [
+        # Each client API's routes, in the order of `apis` (gateway.apis.spec: route precedence).
+        *(route for api in apis for route in api.routes()),
         Route("/v1/key/info", key_info, methods=["GET"]),
         *admin_routes(),
         *admin_model_routes(),
@@ -264,20 +287,30 @@ def create_app(
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        openapi.route(),
+        openapi.route([api.openapi for api in apis]),
     ]
     app = Starlette(
         routes=routes,
         middleware=[
-            Middleware(RequestContextMiddleware, metrics=metrics, drain=drain, forwarding=forwarding),
+            Middleware(
+                RequestContextMiddleware,
+                metrics=metrics,
+                drain=drain,
+                forwarding=forwarding,
+                encoded_paths=tuple(prefix for api in apis for prefix in api.encoded_paths),
+                model_readers=tuple(api.model_in_path for api in apis if api.model_in_path is not None),
+            ),
         ],
         exception_handlers={
             GatewayError: _gateway_error,
-            HTTPException: _http_error,
+            HTTPException: _http_error(apis),
             Exception: _unexpected_error,
         },
         lifespan=lifespan,
     )
+    # No slash redirects: Starlette builds their Location from the client's Host header (an open
+    # redirect to any host); `/admin/v1/teams/` is a 404 like any other path that is not a route.
+    app.router.redirect_slashes = False
     app.state.drain = drain
     return app
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,7 +60,7 @@ class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     config_path: str | None = None
     admin_token: str | None = None
-    # Wrong admin tokens from one address before it is locked out (gateway/admin/throttle.py).
+    # Wrong admin tokens from one address before its wrong tokens get 429 (gateway/admin/throttle.py).
     admin_max_failures: int = 10
     host: str = "0.0.0.0"
     port: int = 8080
@@ -69,14 +68,15 @@ class Settings:
     key_cache_ttl_s: float = 1.0
     redis_timeout_s: float = 2.0
     redis_max_connections: int = 256
+    # A concurrency slot's lease: renewed while its request runs (gateway/limits/leases.py), so
+    # this is how long a replica that died keeps its slots taken.
+    concurrency_lease_s: float = 60.0
     log_level: str = "info"
     log_format: str = "text"  # SLUICEGATE_LOG_FORMAT: text or json (gateway/observability/logs.py)
     # OpenTelemetry export from the standard OTEL_* variables; None: tracing off (tracing.py).
     tracing: TracingConfig | None = None
     # Usage that could not reach Redis by shutdown waits here for the next start (gateway/metering/spool.py).
-    spool_path: str = field(
-        default_factory=lambda: os.path.join(tempfile.gettempdir(), "sluicegate-usage.spool")
-    )
+    spool_path: str = field(default_factory=lambda: default_spool_path(os.environ))
     redis_fail_open: bool = False  # SLUICEGATE_REDIS_FAIL_MODE=fail_open: admit when Redis is down
     default_max_tokens: int = 1024  # reserved for output when a request sets no max_tokens
     # Services labelled sluicegate.io/model=<name> become model pools (gateway/discovery/).
@@ -89,6 +89,8 @@ class Settings:
     header_timeout_s: float = 10.0  # a connection must complete its request head within this
     body_timeout_s: float = 30.0  # the whole request body must arrive within this: 408
     keep_alive_timeout_s: float = 5.0  # uvicorn's idle time between requests on one connection
+    # Client connections at once; more get 503 and a close. 0: below the descriptor limit (edge/server.py).
+    max_connections: int = 0
     # A worker SSE event larger than this ends the stream with an error event (gateway/proxy/relay.py).
     max_event_bytes: int = 1024 * 1024
     # After SIGTERM: /readyz fails at once and serving goes on this long (so Kubernetes takes the
@@ -169,12 +171,13 @@ class Settings:
             redis_max_connections=number(
                 "SLUICEGATE_REDIS_MAX_CONNECTIONS", defaults.redis_max_connections, int
             ),
+            concurrency_lease_s=number("SLUICEGATE_CONCURRENCY_LEASE", defaults.concurrency_lease_s, float),
             log_level=(env.get("SLUICEGATE_LOG_LEVEL") or defaults.log_level).lower(),
             log_format=_log_format(env.get("SLUICEGATE_LOG_FORMAT") or defaults.log_format),
             tracing=TracingConfig.from_env(env),
             redis_fail_open=fail_mode == "fail_open",
             default_max_tokens=number("SLUICEGATE_DEFAULT_MAX_TOKENS", defaults.default_max_tokens, int),
-            spool_path=env.get("SLUICEGATE_SPOOL_PATH") or defaults.spool_path,
+            spool_path=env.get("SLUICEGATE_SPOOL_PATH") or default_spool_path(env),
             kubernetes_autodiscovery=autodiscovery in ("true", "1"),
             kubernetes_namespaces=namespaces,
             kubeconfig=env.get("KUBECONFIG") or None,
@@ -185,6 +188,7 @@ class Settings:
                 "SLUICEGATE_KEEP_ALIVE_TIMEOUT", defaults.keep_alive_timeout_s, float
             ),
             max_event_bytes=number("SLUICEGATE_MAX_EVENT_BYTES", defaults.max_event_bytes, int),
+            max_connections=number("SLUICEGATE_MAX_CONNECTIONS", defaults.max_connections, int, zero=True),
             shutdown_delay_s=number("SLUICEGATE_SHUTDOWN_DELAY", defaults.shutdown_delay_s, float, zero=True),
             drain_timeout_s=number("SLUICEGATE_DRAIN_TIMEOUT", defaults.drain_timeout_s, float, zero=True),
             stream_ping_interval_s=number(
@@ -207,6 +211,13 @@ class Settings:
             ),
             kubernetes_max_weight=parse_max_weight(env.get("SLUICEGATE_KUBERNETES_MAX_WEIGHT")),
         )
+
+
+def default_spool_path(env: Mapping[str, str]) -> str:
+    """The user's own state directory (XDG_STATE_HOME, else ~/.local/state), never the system
+    temp dir: a file another user planted there would be replayed into the budgets at start."""
+    state = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "sluicegate", "usage.spool")
 
 
 def _log_format(raw: str) -> str:

@@ -20,7 +20,8 @@
         503 no_healthy_upstream, redis_unavailable,
             pool_saturated (every worker busy and the pool's queue full),
             queue_timeout (every worker stayed busy for the pool's max_queue_wait),
-            shutting_down (the gateway's drain ran out while the request was in flight)
+            shutting_down (the gateway's drain ran out while the request was in flight),
+            server_busy (the gateway holds as many client connections as it may; refused below the app)
         504 upstream_timeout
 
 Every response body is `{"error": {"message", "type", "param", "code"}}`. Messages never contain
@@ -71,6 +72,7 @@ class ErrorCode(enum.Enum):
     POOL_SATURATED = ("pool_saturated", 503, "upstream_error")
     QUEUE_TIMEOUT = ("queue_timeout", 503, "upstream_error")
     SHUTTING_DOWN = ("shutting_down", 503, "server_error")
+    SERVER_BUSY = ("server_busy", 503, "server_error")
     UPSTREAM_TIMEOUT = ("upstream_timeout", 504, "upstream_error")
 
 

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from gateway.errors import ConfigError
+from gateway.pricing import Price, parse_price
 
 MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 # RFC 1123 label (namespaces) and DNS-1035 label (Services, port names): what the API server accepts.
@@ -106,7 +107,7 @@ class HealthConfig:
 
 @dataclass(frozen=True)
 class Protocols:
-    """Per client API, `translate` or `native` (gateway.proxy.dialects.native)."""
+    """Per client API, `translate` or `native` (gateway.proxy.translation.native)."""
 
     messages: str = TRANSLATE
     responses: str = TRANSLATE
@@ -147,6 +148,9 @@ class ModelConfig:
     max_output_tokens: int | None = None
     context_window: int | None = None
     default_max_tokens: int | None = None
+    # What a million prompt and completion tokens cost (gateway/pricing.py): the usage report's
+    # cost; None: the model's rows show no cost. Budgets stay in tokens.
+    price: Price | None = None
 
     @property
     def wire_model(self) -> str:
@@ -205,7 +209,24 @@ def parse_model_table(document: Any) -> ModelTable:
                 raise ConfigError(
                     f"models[{i}].fallbacks[{j}]: {fallback!r} is not another model of this table"
                 )
+    _one_currency(models)
     return ModelTable(models)
+
+
+def _one_currency(models: tuple[ModelConfig, ...]) -> None:
+    """Costs of different models are summed into a team's total, which only means something in
+    one currency."""
+    first: tuple[int, str] | None = None
+    for i, model in enumerate(models):
+        if model.price is None:
+            continue
+        if first is None:
+            first = (i, model.price.currency)
+        elif model.price.currency != first[1]:
+            raise ConfigError(
+                f"models[{i}].price.currency: {model.price.currency} differs from models[{first[0]}]'s "
+                f"{first[1]}: every price of the table is in one currency, so costs can be summed"
+            )
 
 
 def _require_mapping(value: Any, where: str, *, allowed: set[str]) -> None:
@@ -256,6 +277,7 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         "tokenize",
         "hosted_tools",
         "native_normalise",
+        "price",
         *_OUTPUT_FIELDS,
     }
     _require_mapping(raw, where, allowed=allowed | _TARGET_FIELDS)
@@ -294,6 +316,7 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         max_output_tokens=_token_count(raw.get("max_output_tokens"), f"{where}.max_output_tokens"),
         context_window=_token_count(raw.get("context_window"), f"{where}.context_window"),
         default_max_tokens=_token_count(raw.get("default_max_tokens"), f"{where}.default_max_tokens"),
+        price=parse_price(raw.get("price"), f"{where}.price"),
     )
 
 

@@ -9,10 +9,10 @@ from starlette.types import Scope
 from gateway.admin.audit import AuditLog
 from gateway.admin.throttle import AdminThrottle
 from gateway.config import Settings
+from gateway.http.networks import trusted_networks
 from gateway.keys.auth import Authenticator
 from gateway.keys.store import KeyStore
 from gateway.metering.meter import Meter
-from gateway.proxy.forwarding import trusted_networks
 from gateway.routing.router import Router
 
 

@@ -24,12 +24,12 @@ from gateway.admin import audit
 from gateway.admin.deps import AdminDeps
 from gateway.admin.validation import expiry, limit_changes, model_names, query_date, team_name
 from gateway.errors import ErrorCode, GatewayError
+from gateway.http.body import read_body
 from gateway.keys.auth import bearer_token
 from gateway.keys.store import KEEP, KeyRecord, TeamNotFoundError
 from gateway.limits.spec import LimitSet, parse_limits
 from gateway.metering import usage_report
 from gateway.observability.logs import loggable
-from gateway.proxy.pipeline import read_body
 
 _ADMIN_BODY_LIMIT = 64 * 1024
 log = logging.getLogger("sluicegate.admin")
@@ -79,22 +79,23 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 def _check_admin_token(request: Request, deps: AdminDeps, expected: str) -> None:
-    """Constant-time comparison, and an address that keeps guessing is locked out for a while:
-    even the right token gets 429 then, so a lockout tells a guesser nothing."""
+    """Constant-time comparison, and an address that keeps guessing gets 429 for a while on a
+    wrong token. The right token always passes (gateway/admin/throttle.py): whoever shares the
+    admin's address must not be able to lock the admin out."""
+    given = bearer_token(request.headers) or ""
+    # Digests of both, so not even the token's length shows in the comparison's time.
+    if hmac.compare_digest(_digest(given), _digest(expected)):
+        return
     throttle = deps.throttle
     address = throttle.address(request.scope)
     retry_after = throttle.retry_after(address)
     if retry_after is not None:
+        # Neither counted nor logged: a locked-out guesser adds no log noise.
         raise GatewayError(
             ErrorCode.ADMIN_THROTTLED,
             f"Too many wrong admin tokens from this address; try again in {retry_after} s.",
             headers={"retry-after": str(retry_after)},
         )
-    given = bearer_token(request.headers) or ""
-    # Digests of both, so not even the token's length shows in the comparison's time.
-    if hmac.compare_digest(_digest(given), _digest(expected)):
-        throttle.succeeded(address)
-        return
     throttle.failed(address)
     path = request.url.path
     # Never the presented value: it may be the real token with a typo.
@@ -297,6 +298,8 @@ async def usage(request: Request, deps: AdminDeps) -> Response:
         wanted = query.get(name)
         if wanted:
             rows = [r for r in rows if r[column] == wanted]
+    # Each raw row priced by its own model first: a grouped row mixes models.
+    rows = usage_report.priced(rows, usage_report.model_prices(r.model for r in deps.router.models()))
     rows = usage_report.group(rows, group_by) if group_by else [usage_report.ordered(r) for r in rows]
     if output == "csv":
         out = io.StringIO()

@@ -1,7 +1,10 @@
 """Failed admin-token attempts, counted per client address: after `max_failures` within `window_s`
-the address gets 429 on every admin call (the right token included, so a guesser learns nothing)
-for `lockout_s`. One per app, built with AdminDeps; memory is bounded by `max_addresses`, oldest
-first out, so a flood of addresses cannot grow it.
+a wrong token from the address gets 429 without being checked further or logged, for `lockout_s`.
+The right token is never refused: behind an ingress or NAT everyone shares one address, and a
+throttle that refused the right token would let anyone without it lock the admin out. The token's
+length (at least 32 characters, config.py) is what protects it; the throttle bounds the load and
+the log noise of guessing. One per app, built with AdminDeps; memory is bounded by
+`max_addresses`, oldest first out, so a flood of addresses cannot grow it.
 
 The address is the TCP peer, or behind a trusted proxy (SLUICEGATE_TRUSTED_PROXIES) the nearest
 X-Forwarded-For entry that is not itself trusted: otherwise one guesser behind the ingress would
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 
 from starlette.types import Scope
 
-from gateway.proxy.forwarding import Networks
+from gateway.http.networks import Networks
 
 MAX_FAILURES = 10
 WINDOW_S = 60.0
@@ -91,9 +94,6 @@ class AdminThrottle:
         self._by_address[address] = entry
         while len(self._by_address) > self._max_addresses:
             self._by_address.popitem(last=False)
-
-    def succeeded(self, address: str) -> None:
-        self._by_address.pop(address, None)
 
     def _is_trusted(self, address: str) -> bool:
         if not self._trusted or not address:

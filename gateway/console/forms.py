@@ -10,7 +10,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.pipeline import read_body
+from gateway.http.body import read_body
 
 MAX_FORM_BYTES = 16 * 1024
 _MAX_FIELDS = 200

@@ -56,7 +56,8 @@ def console_mount(settings: Settings) -> Mount:
         _route("/audit", GET=page(live.audit)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="console-static"),
     ]
-    return Mount(BASE, app=SecurityHeaders(NotFoundPages(Router(routes), console)))
+    # No slash redirects: their Location would come from the client's Host header (app.py).
+    return Mount(BASE, app=SecurityHeaders(NotFoundPages(Router(routes, redirect_slashes=False), console)))
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.proxy.forwarding import Networks
+from gateway.http.networks import Networks
 
 COOKIE = "sg_console"
 COOKIE_PATH = "/admin/ui"

@@ -2,9 +2,9 @@
 
 The token is checked as the admin API checks it: digests compared in constant time, and the same
 per-address throttle (gateway/admin/throttle.py), so the console is no way around the API's
-lockout: an address that keeps guessing is refused here and there, the right token included. A
-sign-in another site's page sends (Sec-Fetch-Site) is refused before the throttle counts it: no
-page elsewhere can spend an admin's tries and lock their address out of the console and the API.
+throttle: an address that keeps guessing gets 429 here and there on a wrong token, while the right
+token always signs in. A sign-in another site's page sends (Sec-Fetch-Site) is refused before the
+throttle counts it: no page elsewhere can spend an address's tries.
 """
 
 from __future__ import annotations
@@ -75,6 +75,12 @@ class SignIn:
         except GatewayError as exc:
             return console.error(request, exc, None)
         target = safe_next(form.get("next"))
+        if hmac.compare_digest(_digest(form.get("token")), _digest(expected)):
+            # The right token always signs in, locked-out address or not (gateway/admin/throttle.py).
+            _, cookie = sessions.new()
+            response = RedirectResponse(target, status_code=303)
+            sessions.set_cookie(response, request, cookie)
+            return response
         retry_after = throttle.retry_after(address)
         if retry_after is not None:
             locked = console.render(
@@ -88,18 +94,12 @@ class SignIn:
             )
             locked.headers["retry-after"] = str(retry_after)  # as the admin API's 429 says it
             return locked
-        if not hmac.compare_digest(_digest(form.get("token")), _digest(expected)):
-            throttle.failed(address)
-            # Never the presented value: it may be the real token with a typo.
-            log.warning("console sign-in refused: peer=%s", loggable(address or "-"))
-            return console.render(
-                request, "login.html", {"next": target, "error": "That is not the admin token."}, status=401
-            )
-        throttle.succeeded(address)
-        _, cookie = sessions.new()
-        response = RedirectResponse(target, status_code=303)
-        sessions.set_cookie(response, request, cookie)
-        return response
+        throttle.failed(address)
+        # Never the presented value: it may be the real token with a typo.
+        log.warning("console sign-in refused: peer=%s", loggable(address or "-"))
+        return console.render(
+            request, "login.html", {"next": target, "error": "That is not the admin token."}, status=401
+        )
 
     async def sign_out(self, request: Request, page: Page) -> Response:
         sessions = self._console.sessions

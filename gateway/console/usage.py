@@ -1,7 +1,8 @@
 """Usage: tokens and requests per day, per team or per model, over a chosen date range; a stacked
 bar chart, the table it is drawn from with errors, disconnects and totals, and a CSV of exactly
-that table. Rows come from Meter.report and are summed by gateway/metering/usage_report.py, as the
-admin API's and the CLI's are.
+that table. When the model table prices models (gateway/pricing.py), cost too: a column, a total
+and a chart of it, the exact decimals the admin API gives. Rows come from Meter.report and are
+summed and priced by gateway/metering/usage_report.py, as the admin API's and the CLI's are.
 
 The chart's data is a `data-chart` attribute that static/console.js reads (no inline script: the
 console's CSP forbids it); without JavaScript the table says the same.
@@ -13,6 +14,7 @@ import csv
 import datetime as dt
 import io
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -23,11 +25,12 @@ from gateway.admin import validation
 from gateway.console.web import Console, Page
 from gateway.errors import ErrorCode, GatewayError
 from gateway.metering import usage_report
+from gateway.pricing import add, amount, parse_amount
 
 _DEFAULT_DAYS = 7
 _MAX_DAYS = 366
 _BYS = ("team", "model")
-_METRICS = {"tokens": "total_tokens", "requests": "requests"}
+_METRICS = {"tokens": "total_tokens", "requests": "requests", "cost": "cost"}
 COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "total_tokens", "errors", "disconnects")
 
 
@@ -72,33 +75,64 @@ def parse_query(request: Request) -> Query:
     return Query(since, until, team, by if by in _BYS else "team", metric if metric in _METRICS else "tokens")
 
 
-async def table(page: Page, query: Query) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
-    """One row per day and team (or model) that has usage, the totals, and every day of the range."""
+@dataclass(frozen=True, slots=True)
+class Table:
+    rows: list[dict[str, Any]]  # one per day and team (or model) that has usage
+    totals: dict[str, Any]
+    days: list[str]  # every day of the range
+    currency: str | None  # the prices' currency; None: no model is priced, and no cost is shown
+
+
+async def table(page: Page, query: Query) -> Table:
     teams = [query.team] if query.team else await page.deps.keystore.list_teams()
-    rows = await page.deps.meter.report(teams, query.since, query.until)
+    prices = usage_report.model_prices(route.model for route in page.deps.router.models())
+    rows = usage_report.priced(await page.deps.meter.report(teams, query.since, query.until), prices)
     days = [
         (query.since + dt.timedelta(days=n)).isoformat() for n in range((query.until - query.since).days + 1)
     ]
     out: list[dict[str, Any]] = []
     for day in days:
         for grouped in usage_report.group([r for r in rows if r["day"] == day], query.by):
-            out.append({"day": day, "group": grouped[query.by], **{c: grouped[c] for c in COUNTERS}})
-    return out, usage_report.totals(rows), days
+            out.append(
+                {
+                    "day": day,
+                    "group": grouped[query.by],
+                    **{c: grouped[c] for c in COUNTERS},
+                    "cost": grouped["cost"],
+                }
+            )
+    currency = next(iter(prices.values())).currency if prices else None
+    return Table(out, usage_report.totals(rows), days, currency)
+
+
+def _amount(value: object) -> Decimal:
+    return parse_amount(value) if isinstance(value, str) else Decimal(0)
 
 
 def chart(query: Query, rows: list[dict[str, Any]], days: list[str]) -> dict[str, Any]:
-    """What console.js hands Chart.js: one stacked dataset per team (or model)."""
+    """What console.js hands Chart.js: one stacked dataset per team (or model). Costs are summed
+    exactly and become floats only here, for drawing; the totals and the table show the decimals."""
     column = _METRICS[query.metric]
     groups = sorted({str(r["group"]) for r in rows})
     index = {day: n for n, day in enumerate(days)}
     datasets = []
     for group in groups:
-        data = [0] * len(days)
-        for row in rows:
-            if str(row["group"]) == group:
-                data[index[row["day"]]] += int(row[column])
+        mine = [row for row in rows if str(row["group"]) == group]
+        data: list[int] | list[float]
+        if column == "cost":
+            data = [float(add(_amount(row["cost"]) for row in mine if row["day"] == day)) for day in days]
+        else:
+            counts = [0] * len(days)
+            for row in mine:
+                counts[index[row["day"]]] += int(row[column])
+            data = counts
         datasets.append({"label": group, "data": data})
     return {"labels": days, "datasets": datasets, "metric": query.metric}
+
+
+def total_cost(totals: dict[str, Any]) -> str:
+    """The totals' cost, "0" when nothing priced was used."""
+    return amount(_amount(totals.get("cost")))
 
 
 class Usage:
@@ -117,13 +151,18 @@ class Usage:
     async def _render(
         self, request: Request, page: Page, query: Query, *, error: str | None = None, status: int = 200
     ) -> Response:
-        rows, totals, days = await table(page, query)
+        found = await table(page, query)
+        if found.currency is None and query.metric == "cost":
+            query = Query(query.since, query.until, query.team, query.by, "tokens")
         context = {
             "query": query,
-            "rows": rows,
-            "totals": totals,
+            "rows": found.rows,
+            "totals": found.totals,
+            "total_cost": total_cost(found.totals),
+            "currency": found.currency,
+            "metrics": [m for m in _METRICS if m != "cost" or found.currency],
             "counters": COUNTERS,
-            "chart": orjson.dumps(chart(query, rows, days)).decode(),
+            "chart": orjson.dumps(chart(query, found.rows, found.days)).decode(),
             "teams": await page.deps.keystore.list_teams(),
             "error": error,
         }
@@ -131,16 +170,21 @@ class Usage:
 
     async def csv(self, request: Request, page: Page) -> Response:
         query = parse_query(request)
-        rows, _, _ = await table(page, query)
+        found = await table(page, query)
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(["day", query.by, *COUNTERS])
-        for row in rows:
+        # The cost column only when models are priced: the same columns as the page's table.
+        cost_columns = ["cost", "currency"] if found.currency else []
+        writer.writerow(["day", query.by, *COUNTERS, *cost_columns])
+        for row in found.rows:
+            # Empty for a model without a price, as in the admin API's CSV.
+            costs = [row["cost"], row["cost"] and found.currency] if found.currency else []
             writer.writerow(
                 [
                     usage_report.csv_cell(row["day"]),
                     usage_report.csv_cell(row["group"]),
                     *(row[c] for c in COUNTERS),
+                    *costs,
                 ]
             )
         name = f"sluicegate-usage-{query.since.isoformat()}-{query.until.isoformat()}.csv"

@@ -31,7 +31,7 @@ from gateway.config import Settings
 from gateway.console.forms import Form, read_form
 from gateway.console.session import CSRF_FIELD, CSRF_HEADER, Session, Sessions
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.forwarding import trusted_networks
+from gateway.http.networks import trusted_networks
 from gateway.redis import keys as redis_keys
 
 BASE = "/admin/ui"

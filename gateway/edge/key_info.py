@@ -18,12 +18,12 @@ from starlette.responses import Response
 
 from gateway.edge.openapi_schemas import nullable
 from gateway.errors import ErrorCode, GatewayError
+from gateway.http.context import RequestContext
 from gateway.keys.auth import Authenticator
 from gateway.limits import admission
 from gateway.limits.peek import LimitReader, Remaining
 from gateway.metering import usage_report
 from gateway.metering.meter import Meter
-from gateway.proxy.context import RequestContext
 
 # The `api` of this endpoint in metrics and the access log: a constant, like a dialect's name.
 KEY_INFO_API = "key_info"
@@ -71,7 +71,7 @@ async def key_info(request: Request) -> Response:
     ctx = RequestContext.of(request.scope)
     ctx.api = KEY_INFO_API
     deps: KeyInfoDeps = request.scope["state"]["key_info"]
-    principal = await deps.auth.authenticate(request.headers)
+    principal = await deps.auth.authenticate(request.headers, request.query_params)
     key, team_limits = principal.key, principal.team_limits
     ctx.team, ctx.key_id = key.team, key.id
     now = dt.datetime.now(dt.UTC)

@@ -8,25 +8,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Sequence
+from typing import cast
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.drain import Drain
 from gateway.errors import ErrorCode, GatewayError
+from gateway.http.context import RequestContext, client_request_id, new_request_id
 from gateway.observability.logs import Fields, loggable, redact
 from gateway.observability.metrics import UNKNOWN_MODEL, Metrics
-from gateway.observability.tracing import Tracing
-from gateway.proxy.context import RequestContext, client_request_id, new_request_id
 from gateway.proxy.forwarding import Forwarding
+from gateway.state import RequestState
 
 access_log = logging.getLogger("sluicegate.access")
 _QUIET_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
+# The client APIs' requests, which get a span and the request metrics: Gemini's live under /v1beta/.
+_API_PATHS = ("/v1/", "/v1beta/")
 # Routing sees the decoded path, so `/admin%2Fv1/teams` or `/%61dmin/v1/teams` would reach
 # `/admin/v1/teams` past an ingress rule that matches the raw `/admin/`. No route of the gateway
 # needs percent-encoding, so any is refused...
-# ...except in a model name, where the OpenAI SDK encodes a `/` (`models.retrieve("org/model")`):
-# behind this raw prefix, the decoded path can only reach the model route, whatever follows.
-_MODEL_PATH = b"/v1/models/"
+# ...except in a model name, where an SDK encodes a `/` (`models.retrieve("org/model")`): behind
+# the raw prefixes a client API declares (gateway.apis: `encoded_paths`), the decoded path can only
+# reach its model routes, whatever follows.
 # The text line: what it always said, the worker endpoint, then why a request was refused and
 # who sent it (a value with a space or a quote is quoted, gateway/observability/logs.py). A JSON
 # line carries every field.
@@ -51,18 +55,38 @@ def _client_text(text: str) -> str | None:
     return redact(loggable(text[: _MAX_CLIENT_TEXT + _KEY_SLACK]))[:_MAX_CLIENT_TEXT]
 
 
-def _hides_a_separator(raw_path: bytes) -> bool:
-    return b"%" in raw_path and not raw_path.startswith(_MODEL_PATH)
-
-
 class RequestContextMiddleware:
     def __init__(
-        self, app: ASGIApp, metrics: Metrics, drain: Drain, forwarding: Forwarding | None = None
+        self,
+        app: ASGIApp,
+        metrics: Metrics,
+        drain: Drain,
+        forwarding: Forwarding | None = None,
+        *,
+        encoded_paths: Sequence[bytes] = (),
+        model_readers: Sequence[Callable[[str], str | None]] = (),
     ) -> None:
+        """`encoded_paths` and `model_readers`: the client APIs' (gateway.apis), handed down by
+        the app: where a percent-encoded model name may come, and how an API that names the
+        model in its path says which (the access log's `requested_model` when the body did not)."""
         self.app = app
         self.metrics = metrics
         self.drain = drain
         self.forwarding = forwarding or Forwarding()  # who the client is, behind trusted proxies
+        self.encoded_paths = tuple(encoded_paths)
+        self.model_readers = tuple(model_readers)
+
+    def _hides_a_separator(self, raw_path: bytes) -> bool:
+        return b"%" in raw_path and not raw_path.startswith(self.encoded_paths)
+
+    def _requested_model(self, scope: Scope, ctx: RequestContext) -> str:
+        if ctx.requested_model:
+            return ctx.requested_model
+        for read in self.model_readers:
+            model = read(scope["path"])
+            if model:
+                return model
+        return ""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -74,11 +98,11 @@ class RequestContextMiddleware:
                 incoming = value.decode("latin-1")
                 break
         ctx = RequestContext(request_id=new_request_id(), client_request_id=client_request_id(incoming))
-        state = scope.setdefault("state", {})
+        state = cast("RequestState", scope.setdefault("state", {}))
         state["ctx"] = ctx
         # The lifespan's Tracing, or None when tracing is off: then this test is its whole cost.
-        tracing: Tracing | None = state.get("tracing")
-        if tracing is not None and scope["path"].startswith("/v1/"):
+        tracing = state.get("tracing")
+        if tracing is not None and scope["path"].startswith(_API_PATHS):
             ctx.trace = tracing.start(scope, ctx, self.forwarding.client_address(scope))
         # The client's id is echoed back as it sent it; the gateway's own always comes too.
         id_headers = (
@@ -93,7 +117,7 @@ class RequestContextMiddleware:
             await send(message)
 
         try:
-            if _hides_a_separator(scope.get("raw_path") or b""):
+            if self._hides_a_separator(scope.get("raw_path") or b""):
                 refusal = GatewayError(
                     ErrorCode.INVALID_REQUEST,
                     "The path must not be percent-encoded (except a model name under /v1/models/).",
@@ -118,7 +142,7 @@ class RequestContextMiddleware:
         elapsed = time.perf_counter() - ctx.started
         path: str = scope["path"]
         status = ctx.status or 500
-        if path.startswith("/v1/"):
+        if path.startswith(_API_PATHS):
             model = ctx.model or UNKNOWN_MODEL
             # `api` is a dialect's name (or "models"): set by the code, never by the client.
             api = ctx.api or "none"
@@ -163,7 +187,7 @@ class RequestContextMiddleware:
             user_agent=user_agent,
             # The body's model as the client wrote it, even when it named no model we serve (a
             # client that pastes its key there finds it redacted, not logged).
-            requested_model=_client_text(ctx.requested_model),
+            requested_model=_client_text(self._requested_model(scope, ctx)),
             # The code and param of the error the client was answered with (a code the gateway
             # chose; a param from the parsers, which may quote a client's field name).
             error=ctx.error_code or None,

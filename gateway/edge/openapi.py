@@ -8,6 +8,8 @@ body schemas (gateway.edge.openapi_schemas) take their patterns from the validat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,126 +19,19 @@ from gateway.edge import key_info
 from gateway.edge import openapi_schemas as s
 from gateway.edge.openapi_admin import admin_paths
 from gateway.edge.openapi_parts import (
-    ANY_4XX,
     JSON,
-    PRIORITY,
+    OpenApiPart,
     Schema,
-    anthropic_error_responses,
     error_responses,
     ok_response,
     operation,
-    path_param,
-    proxy_path,
     response_headers,
 )
 
 
-def _anthropic_paths() -> Schema:
-    answer = ok_response(
-        {"type": "object"},
-        "A Messages answer; Messages SSE events (text/event-stream) when `stream` is true.",
-    )
-    # Each event named (`event: message_start` ...) as well as typed in its data.
-    event = {
-        "type": "object",
-        "required": ["event", "data"],
-        "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
-    }
-    answer["200"]["content"]["text/event-stream"] = {"schema": event}
-    count = ok_response(
-        {"type": "object", "required": ["input_tokens"], "properties": {"input_tokens": {"type": "integer"}}},
-        "The gateway's estimate (`x-sluicegate-token-count: estimate`): no worker is asked.",
-    )
-    errors = (400, 401, 403, 404, 413, 429, 502, 503, 504, 529, ANY_4XX)
+def _gateway_paths() -> Schema:
+    """The gateway's own routes under /v1/, whatever client APIs it serves."""
     return {
-        "/v1/messages": {
-            "post": operation(
-                "Anthropic Messages, translated to the worker's chat contract",
-                {**answer, **anthropic_error_responses(*errors)},
-                "apiKey",
-                body=s.anthropic_messages_body(needs_max_tokens=True),
-                tags=["anthropic"],
-                parameters=PRIORITY,
-            )
-        },
-        "/v1/messages/count_tokens": {
-            "post": operation(
-                "The input tokens of a Messages body",
-                {**count, **anthropic_error_responses(400, 401, 403, 404, 413, 503)},
-                "apiKey",
-                body=s.anthropic_messages_body(needs_max_tokens=False),
-                tags=["anthropic"],
-            )
-        },
-    }
-
-
-def _responses_path() -> Schema:
-    path = proxy_path(
-        "OpenAI Responses, translated to the worker's chat contract (stateless)", s.responses_body()
-    )
-    # Each event named (`event: response.created` ...) as well as typed in its data.
-    event = {
-        "type": "object",
-        "required": ["event", "data"],
-        "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
-    }
-    path["post"]["responses"]["200"]["content"]["text/event-stream"] = {"schema": event}
-    return path
-
-
-def _stored_responses_paths() -> Schema:
-    """gateway.proxy.dialects.responses_stored: translated pools store nothing, so always a 404."""
-    response_id = path_param("response_id", {"type": "string"})
-
-    def op(summary: str) -> Schema:
-        # 400: an id holding an encoded slash or backslash (refused on every path: edge.middleware).
-        return operation(
-            summary, error_responses(400, 401, 404, 503), "apiKey", tags=["openai"], parameters=[response_id]
-        )
-
-    return {
-        "/v1/responses/{response_id}": {
-            "get": op("A stored response (none on translated pools: 404)"),
-            "delete": op("Delete a stored response (none on translated pools: 404)"),
-        },
-        "/v1/responses/{response_id}/cancel": {
-            "post": op("Cancel a background response (none on translated pools: 404)")
-        },
-        "/v1/responses/{response_id}/input_items": {
-            "get": op("A stored response's input items (none on translated pools: 404)")
-        },
-    }
-
-
-def _openai_paths() -> Schema:
-    return {
-        "/v1/chat/completions": proxy_path(
-            "Chat completion", s.openai_body("messages", s.messages(), can_stream=True)
-        ),
-        "/v1/completions": proxy_path(
-            "Text completion", s.openai_body("prompt", s.text_input(), can_stream=True)
-        ),
-        "/v1/embeddings": proxy_path("Embeddings", s.openai_body("input", s.text_input(), can_stream=False)),
-        "/v1/responses": _responses_path(),
-        **_stored_responses_paths(),
-        "/v1/models": {
-            "get": operation(
-                "The models (and aliases) the caller's key may use",
-                {**ok_response(s.listing({"type": "object"})), **error_responses(401, 503)},
-                "apiKey",
-                tags=["openai"],
-            )
-        },
-        "/v1/models/{model}": {
-            "get": operation(
-                "One model or alias the caller's key may use, as its entry in `/v1/models`",
-                {**ok_response({"type": "object"}), **error_responses(401, 404, 503)},
-                "apiKey",
-                tags=["openai"],
-                parameters=[path_param("model", {"type": "string"})],
-            )
-        },
         "/v1/key/info": {
             "get": operation(
                 "The caller's key: its limits and its team's, what remains of each now (spends "
@@ -173,8 +68,19 @@ def _operations_paths() -> Schema:
     }
 
 
-def document() -> Schema:
-    """A fresh copy each call: callers may edit it."""
+def document(apis: Sequence[OpenApiPart]) -> Schema:
+    """A fresh copy each call: callers may edit it. `apis`: each client API's part (gateway.apis),
+    handed down by the app."""
+    api_paths: Schema = {}
+    api_schemas: Schema = {}
+    api_security: Schema = {}
+    for part in apis:
+        for path, item in part.paths().items():
+            # Two APIs may share a path with different methods (OpenAI's GET and Gemini's POST
+            # of /v1/models/{model}): their operations merge.
+            api_paths.setdefault(path, {}).update(item)
+        api_schemas.update(part.schemas())
+        api_security.update(part.security_schemes())
     return {
         "openapi": "3.1.0",
         "info": {
@@ -183,9 +89,9 @@ def document() -> Schema:
             "description": "An OpenAI-compatible gateway for self-hosted LLMs, and its admin API. "
             "Every error, on every route, is the `Error` envelope.",
         },
-        "paths": {**_openai_paths(), **_anthropic_paths(), **admin_paths(), **_operations_paths()},
+        "paths": {**api_paths, **_gateway_paths(), **admin_paths(), **_operations_paths()},
         "components": {
-            "schemas": {"Error": s.error(), "AnthropicError": s.anthropic_error()},
+            "schemas": {"Error": s.error(), **api_schemas},
             "parameters": {
                 "RequestId": {
                     "name": "x-request-id",
@@ -212,14 +118,15 @@ def document() -> Schema:
                     "description": "The same key, as Anthropic's SDKs send it.",
                 },
                 "adminToken": {"type": "http", "scheme": "bearer", "description": "SLUICEGATE_ADMIN_TOKEN."},
+                **api_security,
             },
         },
     }
 
 
-def route() -> Route:
+def route(apis: Sequence[OpenApiPart]) -> Route:
     """Encoded once per app: the document depends on nothing that changes while it runs."""
-    body = orjson.dumps(document())
+    body = orjson.dumps(document(apis))
 
     async def openapi_json(request: Request) -> Response:
         return Response(body, media_type=JSON)

@@ -108,7 +108,8 @@ def admin_paths() -> Schema:
         "/admin/v1/usage": {
             "get": admin_operation(
                 "Metered usage per day, team, key, model and client API (`api`; null for usage "
-                "recorded before the api was)",
+                "recorded before the api was), with the cost of its tokens at the model's configured "
+                "`price` (`cost`, an exact decimal string, and `currency`; null for a model without one)",
                 usage_ok,
                 400,
                 404,

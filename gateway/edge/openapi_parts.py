@@ -3,11 +3,29 @@ responses (described by the codes gateway.errors maps to each status), parameter
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ErrorCode
 
 Schema = dict[str, Any]
+
+
+def _nothing() -> Schema:
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
+class OpenApiPart:
+    """What one client API adds to the document (gateway.apis: its `openapi`): its paths, and
+    the component schemas and security schemes they refer to. Functions: each call builds a
+    fresh tree, as the document's callers may edit it."""
+
+    paths: Callable[[], Schema]
+    schemas: Callable[[], Schema] = field(default=_nothing)
+    security_schemes: Callable[[], Schema] = field(default=_nothing)
+
 
 JSON = "application/json"
 ANY_4XX = "4XX"  # a worker's refusal keeps its own status
@@ -110,20 +128,6 @@ def proxy_path(summary: str, body: Schema) -> Schema:
             summary, {**answer, **errors}, "apiKey", body=body, tags=["openai"], parameters=PRIORITY
         )
     }
-
-
-def anthropic_error_responses(*statuses: int | str) -> Schema:
-    """The Anthropic routes' errors, in Anthropic's envelope (gateway.proxy.dialects.anthropic_errors)."""
-    out: Schema = {}
-    for status in statuses:
-        out[str(status)] = {
-            "description": "A worker's own refusal, with its status."
-            if status == ANY_4XX
-            else "Error: Anthropic's type for this status (529: `overloaded_error`, no worker free).",
-            "headers": response_headers(),
-            "content": {JSON: {"schema": {"$ref": "#/components/schemas/AnthropicError"}}},
-        }
-    return out
 
 
 def admin_operation(summary: str, ok: Schema, *errors: int, **extra: Any) -> Schema:

@@ -18,9 +18,6 @@ from gateway.errors import ErrorCode
 from gateway.keys.store import TEAM_NAME_RE
 from gateway.limits.spec import MAX_LIMIT, TOKEN_COUNTS
 from gateway.model_table import MODEL_NAME_RE
-from gateway.proxy.dialects.anthropic_errors import ERROR_TYPES as ANTHROPIC_ERROR_TYPES
-from gateway.proxy.dialects.openai import MAX_CHOICES
-from gateway.proxy.usage import MAX_TOKENS
 
 Schema = dict[str, Any]
 
@@ -31,110 +28,11 @@ def nullable(schema: Schema) -> Schema:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
-def _int(minimum: int, description: str = "", *, maximum: int = MAX_LIMIT) -> Schema:
+def int_field(minimum: int, description: str = "", *, maximum: int = MAX_LIMIT) -> Schema:
     schema: Schema = {"type": "integer", "minimum": minimum, "maximum": maximum}
     if description:
         schema["description"] = description
     return nullable(schema)
-
-
-def openai_body(input_field: str, input_schema: Schema, *, can_stream: bool) -> Schema:
-    """gateway.proxy.dialects.openai.OpenAIDialect.parse."""
-    properties: Schema = {
-        "model": {"type": "string", "minLength": 1, "description": "A model name or alias (GET /v1/models)."},
-        input_field: input_schema,
-        "stream": nullable({"type": "boolean"}) if can_stream else {"enum": [False, None]},
-        "max_tokens": _int(
-            0,
-            "Also what a request reserves against token limits, times max(n, best_of) (default 1024).",
-            maximum=MAX_TOKENS,
-        ),
-        "max_completion_tokens": _int(
-            0, "Preferred over max_tokens when both are given.", maximum=MAX_TOKENS
-        ),
-        "n": _int(1, "Answers returned.", maximum=MAX_CHOICES),
-        "best_of": _int(1, "Answers generated (completions).", maximum=MAX_CHOICES),
-        "user": {"description": "Passed through; a string is also written to the usage record."},
-    }
-    if can_stream:
-        properties["stream_options"] = nullable(
-            {
-                "type": "object",
-                "properties": {"include_usage": {}, "continuous_usage_stats": {}},
-                "additionalProperties": True,
-            }
-        )
-    return {
-        "type": "object",
-        "required": ["model", input_field],
-        "properties": properties,
-        "additionalProperties": True,
-        "description": "Fields not listed here pass through to the worker unchanged.",
-    }
-
-
-def messages() -> Schema:
-    return {
-        "type": "array",
-        "minItems": 1,
-        "items": {
-            "type": "object",
-            "required": ["role"],
-            "properties": {"role": {"type": "string"}},
-            "additionalProperties": True,
-        },
-    }
-
-
-def text_input() -> Schema:
-    return {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1}]}
-
-
-def responses_body() -> Schema:
-    """gateway.proxy.dialects.responses_request: what it checks at the top level (items, tools and
-    formats are checked there too, and named in its 400s). Settings that need a stored response
-    are refused on translated pools."""
-    stored_only = {"type": "null", "description": "Needs a stored response: refused on translated pools."}
-    string_or_null = nullable({"type": "string"})
-    # Function and namespace tools are served; hosted ones (web_search...) are dropped, or refused
-    # where the model says `hosted_tools: refuse` (gateway.proxy.dialects.tool_names).
-    function_tool = {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}}}
-    named_function = {
-        "type": "object",
-        "required": ["type", "name"],
-        "properties": {"type": {"const": "function"}, "name": {"type": "string", "minLength": 1}},
-    }
-    properties: Schema = {
-        "model": {"type": "string", "minLength": 1, "description": "A model name or alias (GET /v1/models)."},
-        "input": {
-            "anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "object"}}]
-        },
-        "instructions": string_or_null,
-        "stream": nullable({"type": "boolean"}),
-        "max_output_tokens": _int(
-            1, "Also what a request reserves against token limits (default 1024).", maximum=MAX_TOKENS
-        ),
-        "temperature": nullable({"type": "number"}),
-        "top_p": nullable({"type": "number"}),
-        "parallel_tool_calls": nullable({"type": "boolean"}),
-        "tools": nullable({"type": "array", "items": function_tool}),
-        "tool_choice": {"anyOf": [{"enum": ["auto", "none", "required", None]}, named_function]},
-        "text": nullable({"type": "object", "properties": {"format": nullable({"type": "object"})}}),
-        "reasoning": nullable({"type": "object", "properties": {"effort": string_or_null}}),
-        "user": string_or_null,
-        "store": {"enum": [False, None], "description": "`true` needs a stored response."},
-        "background": {"enum": [False, None], "description": "`true` needs a stored response."},
-        "previous_response_id": stored_only,
-        "conversation": stored_only,
-    }
-    return {
-        "type": "object",
-        "required": ["model", "input"],
-        "properties": properties,
-        "additionalProperties": True,
-        "description": "OpenAI's Responses body, translated to the worker's chat contract; fields "
-        "the chat contract has no use for are ignored.",
-    }
 
 
 def team_name() -> Schema:
@@ -155,18 +53,18 @@ def limits(*, budgets: bool, weight: bool | None = None, per_model: bool = True)
     """gateway.limits.spec.parse_limits; unknown fields are ignored. Teams have budgets and a
     weight, keys budgets only (`weight=False`), per-model limits neither."""
     properties: Schema = {
-        "rpm": _int(1, "Requests per minute."),
-        "tpm": _int(1, "Tokens per minute."),
-        "max_concurrency": _int(1, "Requests in flight."),
+        "rpm": int_field(1, "Requests per minute."),
+        "tpm": int_field(1, "Tokens per minute."),
+        "max_concurrency": int_field(1, "Requests in flight."),
         "tpm_counts": {"enum": list(TOKEN_COUNTS), "description": "Which tokens `tpm` counts."},
     }
     if budgets:
-        properties["daily_tokens"] = _int(1, "Token budget per UTC calendar day.")
-        properties["monthly_tokens"] = _int(1, "Token budget per UTC calendar month.")
+        properties["daily_tokens"] = int_field(1, "Token budget per UTC calendar day.")
+        properties["monthly_tokens"] = int_field(1, "Token budget per UTC calendar month.")
     if budgets if weight is None else weight:
-        properties["weight"] = _int(1, "The team's share of a saturated pool's queue (default 1).")
+        properties["weight"] = int_field(1, "The team's share of a saturated pool's queue (default 1).")
     if per_model:
-        properties["priority"] = _int(
+        properties["priority"] = int_field(
             1, "Band in a saturated pool, 1 (lowest) to 9 (default 5); served first when higher.", maximum=9
         )
         properties["model_limits"] = nullable(
@@ -334,74 +232,5 @@ def error() -> Schema:
                     "code": {"enum": sorted({c.wire_code for c in ErrorCode})},
                 },
             }
-        },
-    }
-
-
-def anthropic_messages_body(*, needs_max_tokens: bool) -> Schema:
-    """gateway.proxy.dialects.anthropic_request.translate: what it checks at the top level; the
-    content blocks are checked there too, and named in its 400s."""
-    object_or_null = nullable({"type": "object"})
-    properties: Schema = {
-        "model": {"type": "string", "minLength": 1, "description": "A model name or alias (GET /v1/models)."},
-        "max_tokens": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": MAX_TOKENS,
-            "description": "Also what a request reserves against token limits.",
-        },
-        "messages": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "required": ["role", "content"],
-                "properties": {
-                    # system / developer anywhere: folded into what chat templates accept.
-                    "role": {"enum": ["user", "assistant", "system", "developer"]},
-                    "content": {"anyOf": [{"type": "string"}, {"type": "array"}]},
-                },
-            },
-        },
-        "system": nullable({"anyOf": [{"type": "string"}, {"type": "array"}]}),
-        "stream": nullable({"type": "boolean"}),
-        "temperature": nullable({"type": "number"}),
-        "top_p": nullable({"type": "number"}),
-        "top_k": nullable({"type": "integer"}),
-        "stop_sequences": nullable({"type": "array", "items": {"type": "string", "minLength": 1}}),
-        "tools": nullable({"type": "array", "items": {"type": "object"}}),
-        "tool_choice": object_or_null,
-        "metadata": object_or_null,
-        "thinking": object_or_null,
-    }
-    if not needs_max_tokens:
-        properties["max_tokens"] = nullable(properties["max_tokens"])
-        properties.pop("stream")
-    return {
-        "type": "object",
-        "required": ["model", "messages", *(["max_tokens"] if needs_max_tokens else [])],
-        "properties": properties,
-        "additionalProperties": True,
-        "description": "Anthropic's Messages body, translated to the worker's chat contract.",
-    }
-
-
-def anthropic_error() -> Schema:
-    """gateway.proxy.dialects.anthropic_errors: Anthropic's envelope, on the Anthropic routes."""
-    return {
-        "type": "object",
-        "required": ["type", "error"],
-        "additionalProperties": False,
-        "properties": {
-            "type": {"const": "error"},
-            "error": {
-                "type": "object",
-                "required": ["type", "message"],
-                "additionalProperties": False,
-                "properties": {
-                    "type": {"enum": sorted(ANTHROPIC_ERROR_TYPES)},
-                    "message": {"type": "string"},
-                },
-            },
         },
     }

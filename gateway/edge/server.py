@@ -9,6 +9,11 @@ for a later request on a keep-alive connection from its first byte: the idle gap
 uvicorn's keep-alive timeout. It also gives every request a way to cut its client's connection,
 the scope extension `sluicegate.abort`, for a client that stopped reading.
 
+Client connections are capped below the process's descriptor limit (`connection_cap`): at the
+limit, accept() fails and uvicorn can take no connection at all, legitimate or not, until idle
+sockets time out. A connection past the cap gets a 503 `server_busy` to its first request and is
+closed, while the cap leaves descriptors for the worker connections and Redis.
+
 It relies on uvicorn's internals (the parser callbacks and per-connection state of
 `HttpToolsProtocol`), which is why pyproject.toml pins uvicorn's minor version.
 """
@@ -16,10 +21,11 @@ It relies on uvicorn's internals (the parser callbacks and per-connection state 
 from __future__ import annotations
 
 import asyncio
+import resource
 from typing import Any, ClassVar
 
 import uvicorn
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.config import Settings
@@ -30,6 +36,40 @@ from gateway.proxy.disconnect import ABORT_EXTENSION
 # reading once one is queued, but every head already in the bytes it read is parsed and queued:
 # a client that pipelines tiny requests without reading the answers would grow the queue forever.
 MAX_PIPELINED = 16
+# Descriptors kept for what is not a client connection: the listening socket, logs, the spool,
+# module files, discovery's watches.
+_RESERVED_FDS = 64
+_LEAST_CONNECTIONS = 16
+# How long a connection past the cap waits for its first request (for the 503): not the whole
+# head timeout, or a flood of silent connections past the cap would hold descriptors up to the
+# very limit the cap keeps off.
+_BUSY_GRACE_S = 1.0
+
+
+def connection_cap(settings: Settings) -> int:
+    """Client connections this process takes at once: the setting, or by default what the soft
+    descriptor limit leaves after Redis's pool and the reserve, halved (each client request may
+    hold one worker connection too)."""
+    if settings.max_connections:
+        return settings.max_connections
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1_000_000
+    return max(_LEAST_CONNECTIONS, (soft - settings.redis_max_connections - _RESERVED_FDS) // 2)
+
+
+async def _server_busy(scope: Scope, receive: Receive, send: Send) -> None:
+    """The app a connection past the cap is served by: 503 in the envelope, then a close."""
+    error = GatewayError(ErrorCode.SERVER_BUSY, "The gateway has too many open connections; retry shortly.")
+    body = error.body()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+        (b"retry-after", b"1"),
+        (b"connection", b"close"),  # uvicorn closes after the answer
+    ]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -39,6 +79,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     max_head_bytes: ClassVar[int]
     head_timeout_s: ClassVar[float]
     body_timeout_s: ClassVar[float]
+    max_connections: ClassVar[int]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -54,6 +95,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if len(self.connections) > self.max_connections:  # uvicorn's set of open connections
+            self.app = _server_busy  # uvicorn runs each request of this connection on it
+            self._head_timer = self.loop.call_later(min(self.head_timeout_s, _BUSY_GRACE_S), self._close)
         # A connection that never sends a byte holds a socket too: its head is timed from now.
         self._start_head_timer()
 
@@ -209,6 +253,7 @@ def guarded_protocol(settings: Settings) -> type[GuardedHttpToolsProtocol]:
         max_head_bytes = settings.max_header_bytes
         head_timeout_s = settings.header_timeout_s
         body_timeout_s = settings.body_timeout_s
+        max_connections = connection_cap(settings)
 
     return Guarded
 

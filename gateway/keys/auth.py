@@ -1,5 +1,5 @@
-"""API-key authentication (`Authorization: Bearer <key>` or `x-api-key: <key>`) with a short
-local cache.
+"""API-key authentication, from wherever the client APIs take a key (gateway.keys.credentials:
+`Authorization: Bearer <key>`, Anthropic's `x-api-key`, ...), with a short local cache.
 
 The cache saves a Redis round trip per request. Revocations and rotations are published on a
 Redis channel that every replica follows, dropping the entry at once; the TTL (1 s by default)
@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 from starlette.datastructures import Headers
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.keys.credentials import BEARER, Credential, described, read_key
 from gateway.keys.store import KeyRecord, KeyStore, hash_secret
 from gateway.limits.spec import NO_LIMITS, LimitSet
 from gateway.redis import keys as redis_keys
@@ -41,21 +42,6 @@ def bearer_token(headers: Headers) -> str | None:
     return token or None
 
 
-def api_key(headers: Headers) -> str | None:
-    """The client's key, from `Authorization: Bearer` (OpenAI's SDKs) or `x-api-key` (Anthropic's).
-    Both may come (a proxy or SDK that adds one on top of the other); two different keys are
-    refused rather than one picked: which team pays must never depend on header precedence.
-    Only client routes take `x-api-key`: the admin API reads its token with `bearer_token`."""
-    bearer = bearer_token(headers)
-    header = (headers.get("x-api-key") or "").strip() or None
-    if bearer is not None and header is not None and bearer != header:
-        raise GatewayError(
-            ErrorCode.INVALID_API_KEY,
-            "Two different API keys: send one key, as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
-        )
-    return bearer or header
-
-
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling: the key, and its team's limits (which apply on top of the key's own)."""
@@ -66,8 +52,17 @@ class Principal:
 
 class Authenticator:
     def __init__(
-        self, store: KeyStore, breaker: RedisBreaker, *, cache_ttl_s: float, timeout_s: float
+        self,
+        store: KeyStore,
+        breaker: RedisBreaker,
+        *,
+        cache_ttl_s: float,
+        timeout_s: float,
+        credentials: Sequence[Credential] = (BEARER,),
     ) -> None:
+        """`credentials`: where client routes take a key, every client API's (the app hands
+        them down from gateway.apis); the admin API reads its token with `bearer_token`."""
+        self._credentials = tuple(credentials)
         self._store = store
         self._breaker = breaker
         self._ttl = cache_ttl_s
@@ -76,12 +71,11 @@ class Authenticator:
         self._cache: dict[str, tuple[KeyRecord | LimitSet | None, float]] = {}
         self._loading: dict[str, asyncio.Future[KeyRecord | LimitSet | None]] = {}
 
-    async def authenticate(self, headers: Headers) -> Principal:
-        token = api_key(headers)
+    async def authenticate(self, headers: Headers, query: Mapping[str, str] | None = None) -> Principal:
+        token = read_key(self._credentials, headers, query or {})
         if token is None:
             raise GatewayError(
-                ErrorCode.INVALID_API_KEY,
-                "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
+                ErrorCode.INVALID_API_KEY, f"Missing API key: send it as {described(self._credentials)}."
             )
         record = await self._cached(hash_secret(token), self._store.lookup)
         if not isinstance(record, KeyRecord):

@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.limits.leases import Lease, LeaseKeeper
 from gateway.limits.spec import LimitSet, TokenCount
 from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
@@ -49,8 +50,9 @@ class LimitKind(enum.Enum):
     BUDGET = ("budget", "b", "budget")  # tokens per calendar period
 
 
-# A slot outlives a replica that died mid-request by this much at most.
-CONCURRENCY_LEASE_S = 900.0
+# A slot outlives a replica that died mid-request by this much at most; a running request's slot
+# is renewed well before (gateway/limits/leases.py), however long it runs.
+CONCURRENCY_LEASE_S = 60.0
 # The least output per answer worth admitting a request for (or all it asked, if less): below
 # this a turn would end before it said anything, so the request waits (429) instead.
 MIN_OUTPUT = 16
@@ -101,6 +103,12 @@ class Admission:
     request_id: str = ""
     reservation: Reservation = Reservation(0, 0)
     bounded_by: LimitState | None = None  # the limit that granted less output than asked
+    lease: Lease | None = None  # its concurrency slots, renewed until the request ends
+
+    def end(self) -> None:
+        """The request is over: its concurrency slots are no longer renewed (settle.lua frees them)."""
+        if self.lease is not None:
+            self.lease.end()
 
     @property
     def limited_by(self) -> str | None:
@@ -307,7 +315,9 @@ class RateLimiter:
         *,
         timeout_s: float,
         fail_open: bool = False,
+        lease_s: float = CONCURRENCY_LEASE_S,
     ) -> None:
+        self.leases = LeaseKeeper(redis, lease_s=lease_s, timeout_s=timeout_s)
         self._breaker = breaker
         self._compensator = compensator
         self._script = load_script(redis, "admit")
@@ -373,7 +383,7 @@ class RateLimiter:
         prompt = reservation.prompt_tokens
         args: list[str | int | float] = [request_id, asked, least, max(1, step)]
         for limit in limits:
-            period = CONCURRENCY_LEASE_S if limit.kind is LimitKind.CONCURRENCY else limit.period_s
+            period = self.leases.lease_s if limit.kind is LimitKind.CONCURRENCY else limit.period_s
             args += (limit.kind.script_kind, limit.amount, period, *script_costs(limit, prompt))
         if self._breaker.open:
             # A call moments ago failed: do not wait out another timeout.
@@ -401,6 +411,7 @@ class RateLimiter:
             for i, limit in enumerate(limits)
         )
         allowed, denied_index, bounded_index = bool(int(reply[0])), int(reply[1]), int(reply[3])
+        slots = [(limit.redis_key, request_id) for limit in limits if limit.kind is LimitKind.CONCURRENCY]
         return Admission(
             allowed=allowed,
             states=states,
@@ -408,4 +419,8 @@ class RateLimiter:
             request_id=request_id,
             reservation=Reservation(prompt, int(reply[2]) if allowed else least),
             bounded_by=states[bounded_index - 1] if bounded_index else None,
+            lease=self.leases.hold(team, slots) if allowed and slots else None,
         )
+
+    async def aclose(self) -> None:
+        await self.leases.aclose()

@@ -1,17 +1,27 @@
 """Usage rows (gateway.metering.meter.Meter.report) grouped and totalled for people: the admin
 API's `usage`, the CLI's table and CSV, and the web console all go through here, so they show the
-same columns in the same order."""
+same columns in the same order.
+
+Cost (gateway/pricing.py): `priced` gives each raw row its model's cost, a decimal string, before
+any grouping, since a team's rows mix models of different prices; grouping and totals then add
+those exactly. A row of a model with no price (or no longer in the table) has cost null and adds
+nothing. Costs use the prices configured now, not those of the day the tokens were used.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Literal, get_args
 
+from gateway.model_table import ModelConfig
+from gateway.pricing import Price, add, amount, parse_amount
+
 # The dimensions of a row, then its counters; `api` last, so CSV readers that go by column position
 # still read what they did before it came (it is also where Meter.report puts it).
 DIMENSIONS = ("team", "key_id", "model", "day")
 COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "errors", "disconnects", "total_tokens")
-COLUMNS = (*DIMENSIONS, *COUNTERS, "api")
+# `cost` and `currency` after `api`, for the same reason.
+COLUMNS = (*DIMENSIONS, *COUNTERS, "api", "cost", "currency")
 
 GroupBy = Literal["team", "key", "model", "day"]
 GROUP_BYS: tuple[str, ...] = get_args(GroupBy)
@@ -42,6 +52,31 @@ def _blank(kept: Mapping[str, object]) -> Row:
 def _add(into: Row, row: Mapping[str, object]) -> None:
     for counter in COUNTERS:
         into[counter] = _count(into[counter]) + _count(row.get(counter))
+    cost = row.get("cost")
+    if isinstance(cost, str):
+        earlier = into.get("cost")
+        into["cost"] = (
+            cost if not isinstance(earlier, str) else amount(add((parse_amount(earlier), parse_amount(cost))))
+        )
+        into["currency"] = row.get("currency")
+
+
+def model_prices(models: Iterable[ModelConfig]) -> dict[str, Price]:
+    """Each priced model's price, by the name its usage is recorded under."""
+    return {model.name: model.price for model in models if model.price is not None}
+
+
+def priced(rows: Iterable[Mapping[str, object]], prices: Mapping[str, Price]) -> list[Row]:
+    """The raw rows (one model each) with `cost` (its tokens times its model's price, exact, as a
+    decimal string) and `currency`; both null for a model without a price."""
+    out: list[Row] = []
+    for row in rows:
+        price = prices.get(str(row.get("model")))
+        cost = None
+        if price is not None:
+            cost = amount(price.cost(_count(row.get("prompt_tokens")), _count(row.get("completion_tokens"))))
+        out.append({**row, "cost": cost, "currency": price.currency if price else None})
+    return out
 
 
 def group(rows: Iterable[Mapping[str, object]], by: str) -> list[Row]:

@@ -11,6 +11,7 @@ every `*_created` series (see NoCreatedRegistry).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Any, TypeVar, cast
 
@@ -24,6 +25,8 @@ from prometheus_client import (
     ProcessCollector,
 )
 from prometheus_client.metrics_core import Metric
+
+from gateway.pricing import Price
 
 # LLM requests run from milliseconds (a 429) to many minutes (a long generation).
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -113,6 +116,16 @@ class Metrics:
             "sluicegate_tokens_total",
             "Tokens metered, by model, team and type (prompt or completion).",
             ["model", "team", "type"],
+            registry=r,
+        )
+        # The model table's prices, so that a dashboard prices sluicegate_tokens_total with a join
+        # instead of a copy of the prices that would drift from the table (price_changed).
+        self.model_price = Gauge(
+            "sluicegate_model_price_per_token",
+            "The configured price of one token of a model (its `price` per million, over 10^6), by "
+            "model, type (prompt or completion, as in sluicegate_tokens_total) and currency; only "
+            "priced models. A float: the usage report's costs are the exact decimals.",
+            ["model", "type", "currency"],
             registry=r,
         )
         self.upstream_errors = Counter(
@@ -290,6 +303,18 @@ class Metrics:
             ["pool", "op"],
             registry=r,
         )
+
+    def price_changed(self, model: str, old: Price | None, new: Price | None) -> None:
+        """A model was added, replaced or removed (the Router): its price series follow, and a
+        series of a removed price or currency goes."""
+        if old is not None:
+            for kind in ("prompt", "completion"):
+                with contextlib.suppress(KeyError):
+                    self.model_price.remove(model, kind, old.currency)
+        if new is not None:
+            prompt, completion = new.per_token()
+            self.model_price.labels(model, "prompt", new.currency).set(prompt)
+            self.model_price.labels(model, "completion", new.currency).set(completion)
 
     def child(self, metric: MetricT, *labels: str) -> MetricT:
         """`metric.labels(*labels)`, remembered: prometheus_client checks and locks on every

@@ -26,7 +26,7 @@ import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.errors import ConfigError, GatewayError
 
@@ -37,17 +37,43 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
     from starlette.types import Scope
 
-    from gateway.proxy.context import RequestContext
-    from gateway.proxy.settlement import Outcome
 
-# The GenAI operation each client API performs (gen_ai.operation.name).
-_OPERATIONS = {
-    "chat": "chat",
-    "completions": "text_completion",
-    "embeddings": "embeddings",
-    "messages": "chat",
-    "responses": "chat",
-}
+class TracedRequest(Protocol):
+    """What a span reads of the request record (gateway.http.context.RequestContext). Written as
+    a protocol so that this module imports neither the record nor the settlement: the record
+    names `RequestTrace`, and nothing here points back at it."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def api(self) -> str: ...
+    @property
+    def team(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def served_by_model(self) -> str: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def completion_tokens(self) -> int: ...
+    @property
+    def finish_reason(self) -> str: ...
+    @property
+    def refused_by(self) -> tuple[str, str] | None: ...
+
+
+class TracedAnswer(Protocol):
+    """What the attempt that answered reads of the settlement's outcome (gateway.proxy.settlement)."""
+
+    @property
+    def first_token_at(self) -> float | None: ...
+    @property
+    def error_reason(self) -> str | None: ...
+
+
 _SAMPLERS = frozenset(
     {
         "always_on",
@@ -148,7 +174,11 @@ def _number(env: Mapping[str, str], name: str, default: Any, cast: type[int] | t
 class Tracing:
     """One app's tracer provider and exporter: built by its lifespan, shut down when it ends."""
 
-    def __init__(self, config: TracingConfig, *, version: str = "") -> None:
+    def __init__(
+        self, config: TracingConfig, *, version: str = "", operations: Mapping[str, str] | None = None
+    ) -> None:
+        """`operations`: the GenAI operation (gen_ai.operation.name) of each `ctx.api`, declared
+        by each client API (gateway.apis) and handed down by the app."""
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -168,8 +198,9 @@ class Tracing:
         )
         self.tracer: Tracer = self.provider.get_tracer("sluicegate", version)
         self.propagator = TraceContextTextMapPropagator()
+        self.operations: Mapping[str, str] = dict(operations or {})
 
-    def start(self, scope: Scope, ctx: RequestContext, client_address: str) -> RequestTrace:
+    def start(self, scope: Scope, ctx: TracedRequest, client_address: str) -> RequestTrace:
         """The SERVER span of one request, continuing the trace its traceparent names, if any."""
         from opentelemetry.trace import SpanKind
 
@@ -250,7 +281,7 @@ class RequestTrace:
 
     __slots__ = ("_answering", "_attempts", "_ctx", "_parent", "_server", "_tracing")
 
-    def __init__(self, tracing: Tracing, server: Span, ctx: RequestContext) -> None:
+    def __init__(self, tracing: Tracing, server: Span, ctx: TracedRequest) -> None:
         from opentelemetry.trace import set_span_in_context
 
         self._tracing = tracing
@@ -268,7 +299,7 @@ class RequestTrace:
         from opentelemetry.trace import SpanKind
 
         self._attempts += 1
-        operation = _OPERATIONS.get(self._ctx.api, self._ctx.api)
+        operation = self._tracing.operations.get(self._ctx.api, self._ctx.api)
         parts = urllib.parse.urlsplit(url)
         attributes: dict[str, str | int] = {
             "gen_ai.operation.name": operation,
@@ -295,7 +326,7 @@ class RequestTrace:
         """The attempt that answered lasts as long as its answer: it ends at `answered`."""
         self._answering = attempt
 
-    def answered(self, outcome: Outcome) -> None:
+    def answered(self, outcome: TracedAnswer) -> None:
         span, self._answering = self._answering, None
         if span is None:
             return
@@ -321,8 +352,9 @@ class RequestTrace:
         }
         if ctx.api:
             attributes["sluicegate.api"] = ctx.api
-            if ctx.api in _OPERATIONS:
-                attributes["gen_ai.operation.name"] = _OPERATIONS[ctx.api]
+            operation = self._tracing.operations.get(ctx.api)
+            if operation is not None:
+                attributes["gen_ai.operation.name"] = operation
         if ctx.team:
             attributes["sluicegate.team"] = ctx.team
         if ctx.model:
@@ -348,7 +380,9 @@ def phase(trace: RequestTrace | None, name: str) -> contextlib.AbstractContextMa
     return _NO_PHASE if trace is None else trace.phase(name)
 
 
-def settling(trace: RequestTrace | None, outcome: Outcome) -> contextlib.AbstractContextManager[Span | None]:
+def settling(
+    trace: RequestTrace | None, outcome: TracedAnswer
+) -> contextlib.AbstractContextManager[Span | None]:
     """Ends the worker call that answered, then spans the settlement."""
     if trace is None:
         return _NO_PHASE

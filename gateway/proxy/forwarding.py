@@ -5,9 +5,10 @@ Stripped: the client's credentials (a worker, or whoever registered its endpoint
 a Sluicegate key), hop-by-hop headers (RFC 9110 §7.6.1, including any the client names in
 `Connection:`), headers that describe the client's own connection or body (the gateway's request
 to the worker has its own), and every client-written claim about where the request came from
-(`Forwarded`, `X-Forwarded-*`, `X-Real-IP`), and Anthropic's protocol headers (`anthropic-version`,
-`anthropic-beta`: the gateway speaks that API itself, and a worker behind the OpenAI contract must
-not read them as its own). The gateway then says itself who the client is:
+(`Forwarded`, `X-Forwarded-*`, `X-Real-IP`), and what each client API declares its own (its
+credential headers, and protocol headers such as `anthropic-version`: the gateway speaks that API
+itself, and a worker behind the OpenAI contract must not read them as its own).
+The gateway then says itself who the client is:
 `X-Forwarded-For` is the peer's address, extended (not replaced) only when that peer is a
 configured trusted proxy, whose own `X-Forwarded-For`/`X-Forwarded-Proto` are then believed.
 Everything else (`OpenAI-Organization`, `baggage`, …) reaches the worker unchanged, and so do
@@ -22,7 +23,8 @@ from collections.abc import Iterable
 
 from starlette.types import Scope
 
-from gateway.proxy.context import RequestContext
+from gateway.http.context import RequestContext
+from gateway.http.networks import Networks
 
 # The client's own request id reaches the worker under this name; the worker's x-request-id is
 # the gateway's, unique per request, so two requests can never collide there.
@@ -30,9 +32,9 @@ CLIENT_REQUEST_ID_HEADER = "x-client-request-id"
 
 _NOT_FORWARDED = frozenset(
     {
-        # credentials
+        # credentials HTTP itself defines, and Azure's; each client API adds the headers it takes a
+        # key in, and its protocol headers (gateway.apis: its `never_forward`)
         b"authorization",
-        b"x-api-key",
         b"api-key",
         b"proxy-authorization",
         b"cookie",
@@ -60,27 +62,20 @@ _NOT_FORWARDED = frozenset(
         # ids: the gateway's own go out under these names
         b"x-request-id",
         b"x-client-request-id",
-        # Anthropic's API version and betas: meant for the gateway's Messages API, not the worker
-        b"anthropic-version",
-        b"anthropic-beta",
     }
 )
-
-Networks = tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
-
-
-def trusted_networks(entries: Iterable[str]) -> Networks:
-    """Settings.trusted_proxies, parsed once (the settings already checked each entry)."""
-    return tuple(ipaddress.ip_network(entry, strict=False) for entry in entries)
 
 
 class Forwarding:
     """Builds a worker's request headers; one per gateway, holding the trusted proxies."""
 
-    __slots__ = ("_trusted",)
+    __slots__ = ("_not_forwarded", "_trusted")
 
-    def __init__(self, trusted: Networks = ()) -> None:
+    def __init__(self, trusted: Networks = (), never_forward: Iterable[str] = ()) -> None:
+        """`never_forward`: the client APIs' own headers a worker must not get (their credential
+        headers, their protocol headers), declared by each API (gateway.apis) and handed down."""
         self._trusted = trusted
+        self._not_forwarded = _NOT_FORWARDED | {name.lower().encode("latin-1") for name in never_forward}
 
     def worker_headers(self, scope: Scope, ctx: RequestContext) -> dict[str, str]:
         raw: list[tuple[bytes, bytes]] = scope["headers"]
@@ -93,7 +88,7 @@ class Forwarding:
                 client_forwarded_for.append(value.decode("latin-1").strip())
             elif name == b"x-forwarded-proto":
                 client_proto = value.decode("latin-1").strip()
-            if name in _NOT_FORWARDED or name in hop_by_hop:
+            if name in self._not_forwarded or name in hop_by_hop:
                 continue
             headers[name.decode("latin-1")] = value.decode("latin-1")
         peer = _peer(scope)

@@ -15,7 +15,7 @@ from gateway.limits.output import (
     static_cap,
     within_window,
 )
-from gateway.proxy.dialects.base import Call
+from gateway.proxy.dialect import Call
 from gateway.proxy.prompt_count import tokenize_body, worker_prompt_tokens
 from gateway.proxy.upstream import Upstream
 from gateway.proxy.worker_protocols import CHAT

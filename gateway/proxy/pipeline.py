@@ -26,23 +26,25 @@ from starlette.types import Receive, Scope, Send
 from gateway.config import ModelConfig, Settings
 from gateway.drain import Drain
 from gateway.errors import ErrorCode, GatewayError
-from gateway.keys.auth import Authenticator, Principal
+from gateway.http.body import read_body
+from gateway.http.context import CLIENT_CLOSED, RequestContext
+from gateway.keys.auth import Principal
 from gateway.limits import admission as limits
 from gateway.limits.admission import Admission, RateLimiter
 from gateway.limits.output import OutputCap
 from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
-from gateway.proxy.context import CLIENT_CLOSED, RequestContext
-from gateway.proxy.dialects import ignored, model_rules
-from gateway.proxy.dialects.base import Call, CallT, Dialect
+from gateway.proxy.dialect import Call, CallT, Dialect
 from gateway.proxy.disconnect import ClientWatch, client_abort
 from gateway.proxy.forwarding import Forwarding
+from gateway.proxy.gate import Gate
 from gateway.proxy.output_caps import OutputCaps
 from gateway.proxy.relay import STREAM_HEADERS, StreamRelay, read_whole
 from gateway.proxy.settlement import Settlement, Submitter
+from gateway.proxy.translation import ignored, model_rules
 from gateway.proxy.upstream import Upstream, UpstreamResponse
 from gateway.proxy.usage import InvalidUsage
-from gateway.proxy.worker_errors import sanitised, worker_failure
+from gateway.proxy.worker_errors import worker_failure
 from gateway.proxy.worker_protocols import CHAT
 from gateway.routing import share
 from gateway.routing.policy import RouteRequest
@@ -56,34 +58,6 @@ from gateway.routing.stored_responses import Holder, StoredResponses
 _MAX_ANSWER_BYTES = 64 * 1024 * 1024
 # Names the model that answered: the one asked for, or the fallback that stood in for it.
 MODEL_HEADER = "x-sluicegate-model"
-
-
-async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes:
-    """The whole body, bounded in size and in time: a client that declares a body and stops
-    sending it would otherwise hold the request, and its connection, forever."""
-    too_large = GatewayError(
-        ErrorCode.REQUEST_TOO_LARGE, f"The request body is larger than {max_bytes} bytes."
-    )
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise too_large
-    parts: list[bytes] = []
-    size = 0
-    try:
-        async with asyncio.timeout(timeout_s):
-            async for part in request.stream():
-                size += len(part)
-                if size > max_bytes:
-                    raise too_large
-                parts.append(part)
-    except TimeoutError:
-        raise GatewayError(
-            ErrorCode.REQUEST_TIMEOUT,
-            f"The request body did not arrive within {timeout_s:g} s.",
-            # The rest of the body may still come: this connection cannot carry another request.
-            headers={"connection": "close"},
-        ) from None
-    return b"".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +77,7 @@ class Pipeline:
         self,
         *,
         settings: Settings,
-        auth: Authenticator,
+        gate: Gate,
         limiter: RateLimiter,
         router: Router,
         upstream: Upstream,
@@ -112,12 +86,16 @@ class Pipeline:
         forwarding: Forwarding,
         stored: StoredResponses,
         drain: Drain,
+        hosted_tools: frozenset[str] = frozenset(),
     ) -> None:
+        """`hosted_tools`: the hosted tool types the client APIs declare beyond the known ones
+        (gateway.apis), metric labels of what a translation dropped."""
         self._settings = settings
+        self._hosted_tools = hosted_tools
         self._drain = drain
         self._stored = stored
         self._forwarding = forwarding
-        self._auth = auth
+        self._gate = gate
         self._limiter = limiter
         self._router = router
         self._upstream = upstream
@@ -176,28 +154,13 @@ class Pipeline:
                 settlement.finish()
 
     async def _admit(self, dialect: Dialect[Any], request: Request, ctx: RequestContext) -> Admitted:
-        with tracing.phase(ctx.trace, "authenticate"):
-            principal = await self._auth.authenticate(request.headers)
+        principal = await self._gate.caller(request, ctx)
         key = principal.key
-        ctx.team, ctx.key_id = key.team, key.id
         body = await read_body(request, self._settings.max_body_bytes, self._settings.body_timeout_s)
         call = _parse(dialect, body, self._router.native_models(dialect.name), ctx, request)
-        requested = self._router.resolve(call.model)
-        if requested is None:
-            raise GatewayError(
-                ErrorCode.MODEL_NOT_FOUND,
-                f"The model '{sanitised(call.model)}' does not exist.",
-                param="model",
-            )
-        ctx.model = requested.model.name
-        if not key.may_use(ctx.model):
-            raise GatewayError(
-                ErrorCode.MODEL_NOT_ALLOWED,
-                f"This API key may not use the model '{sanitised(call.model)}'.",
-                param="model",
-            )
+        requested = self._gate.model(key, call.model, ctx)
         call = model_rules.apply(call, requested.model)  # native_normalise, hosted_tools
-        ignored.record(ctx, dialect.name, call.ignored, self._metrics)
+        ignored.record(ctx, dialect.name, call.ignored, self._metrics, self._hosted_tools)
         holder = await self._holder(call.continues, key.team, ctx.model)
         planned = limits.plan(
             key.team, principal.team_limits, key.id, key.limits, ctx.model, dt.datetime.now(dt.UTC)

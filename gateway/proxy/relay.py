@@ -28,7 +28,7 @@ from starlette.types import Message, Receive, Send
 from gateway.config import Settings
 from gateway.drain import Drain
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.dialects.base import ClientStream
+from gateway.proxy.dialect import ClientStream
 from gateway.proxy.disconnect import ClientWatch
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.sse import SSEEvent, SSEParser

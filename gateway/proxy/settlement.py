@@ -14,10 +14,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gateway.http.context import RequestContext
 from gateway.limits.admission import Admission
 from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
-from gateway.proxy.context import RequestContext
 from gateway.proxy.usage import Usage
 from gateway.routing.share import ShareTicket
 
@@ -98,6 +98,7 @@ class Settlement:
         if self._finished:
             return
         self._finished = True
+        self.admission.end()  # its slots stop being renewed; the record below frees them
         ctx, out, metrics = self.ctx, self.outcome, self.metrics
         metrics.child(metrics.inflight, ctx.model).dec()
         prompt, completion = self.tokens()

@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -97,14 +97,33 @@ class WorkerBroken(Exception):
     """Every attempt in a pool got an answer that is not HTTP: a 502, unlike an unreachable pool."""
 
 
-def new_session() -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=10, keepalive_timeout=30)
+# Idle pooled worker connections are closed after this: below the workers' own idle close
+# (uvicorn's default, and so vLLM's, is 5 s), so the gateway is the side that closes them.
+KEEPALIVE_S = 4.0
+
+
+def new_session(*, fresh: bool = False) -> aiohttp.ClientSession:
+    """The worker session. `fresh`: a new connection for every request, for the one retry of a
+    request whose pooled connection the worker had closed."""
+    if fresh:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=10, force_close=True)
+    else:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=10, keepalive_timeout=KEEPALIVE_S)
+    reuse = aiohttp.TraceConfig()
+    reuse.on_connection_reuseconn.append(_note_reuse)
     return aiohttp.ClientSession(
         connector=connector,
+        trace_configs=[reuse],
         auto_decompress=False,
         skip_auto_headers=("User-Agent", "Accept-Encoding"),
         timeout=aiohttp.ClientTimeout(total=None),
     )
+
+
+async def _note_reuse(_session: object, context: Any, _params: object) -> None:
+    """Marks a request (its trace_request_ctx, a dict) as sent on a pooled connection."""
+    if isinstance(context.trace_request_ctx, dict):
+        context.trace_request_ctx["reused"] = True
 
 
 class Upstream:
@@ -112,6 +131,29 @@ class Upstream:
         self._session = session
         self._router = router
         self._metrics = metrics
+        self._fresh: aiohttp.ClientSession | None = None  # made on first need
+
+    async def aclose(self) -> None:
+        if self._fresh is not None:
+            await self._fresh.close()
+
+    async def _post(self, url: str, **kwargs: Any) -> aiohttp.ClientResponse:
+        """POST on a pooled connection; if the worker had closed it (it went away under the
+        request, before any answer), once more on a fresh connection: a stale connection is no
+        failure of the endpoint's, and the worker never saw the request. A refused connect
+        (ClientConnectorError) is not retried here: that is the endpoint's. Nor is a request
+        that was on a new connection: that one cannot be stale, so the worker read it and may
+        have generated (a worker that died mid-request); once is all it is sent."""
+        sent_on: dict[str, bool] = {}
+        try:
+            return await self._session.post(url, trace_request_ctx=sent_on, **kwargs)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError) or not sent_on.get("reused"):
+                raise
+            log.info("stale worker connection, retried on a fresh one: %s", type(exc).__name__)
+            if self._fresh is None:
+                self._fresh = new_session(fresh=True)
+            return await self._fresh.post(url, **kwargs)
 
     async def call_endpoint(
         self,
@@ -237,12 +279,14 @@ class Upstream:
             if attempt:
                 self._metrics.upstream_retries.labels(pool.name).inc()
             wait = min(model.routing.max_queue_wait, max(head_deadline - loop.time(), 0.0))
+            # The prefix index hears of the pick only once the worker accepted the request.
+            picked: list[RouteRequest] = []
             try:
                 # A free slot at once, else a wait in the pool's queue: the wait is a span of its own.
-                got = pool.try_acquire(route, self._router.rng, tried)
+                got = pool.try_acquire(route, self._router.rng, tried, picked)
                 if got is None:
                     with tracing.phase(trace, "queue wait"):
-                        got = await pool.acquire(route, self._router.rng, tried, wait)
+                        got = await pool.acquire(route, self._router.rng, tried, wait, picked)
                 endpoint, trial = got
             except PoolUnavailable:
                 if tried:
@@ -259,7 +303,7 @@ class Upstream:
             try:
                 async with asyncio.timeout_at(head_deadline):
                     # A worker that redirects is misconfigured: never follow it elsewhere.
-                    response = await self._session.post(
+                    response = await self._post(
                         endpoint.url + path,
                         data=body,
                         headers=sent,
@@ -284,6 +328,8 @@ class Upstream:
                         response.release()
                         continue
                 handed_over = True
+                if response.status < 300 and picked:
+                    pool.accepted(picked[-1], endpoint)
                 upstream = UpstreamResponse(pool, endpoint, response, trial, team=route.team)
                 is_stream = stream and response.status == 200 and response.content_type == "text/event-stream"
                 if not is_stream:

@@ -5,7 +5,7 @@ themselves (`protocols: {messages: native}`, `{responses: native}`) is answered 
 events, read by MESSAGES and RESPONSES. Each reads the same four things, which is all the relay
 and the settlement need: whether an event carried output (what keeps a stream alive and times its
 tokens), the usage so far and the final usage, the finish reason, and the end or a failure. The
-client's bytes are not decided here (gateway.proxy.dialects).
+client's bytes are not decided here (gateway.apis, translated by gateway.proxy.translation).
 """
 
 from __future__ import annotations
@@ -63,6 +63,16 @@ def _generated(outcome: Outcome) -> None:
         outcome.first_token_at = now
     outcome.last_token_at = now
     outcome.tokens_relayed += 1
+
+
+def at_least_relayed(usage: Usage, outcome: Outcome) -> Usage:
+    """A native stream's final usage, never below the output events the client received (each is
+    at least one token): a worker that reports 0 while text arrives is billed what was relayed,
+    and its report counts as invalid."""
+    if usage.completion_tokens >= outcome.tokens_relayed:
+        return usage
+    outcome.invalid_usage = True
+    return Usage(usage.prompt_tokens, outcome.tokens_relayed)
 
 
 def failure_event(error: Any) -> GatewayError:
@@ -157,7 +167,9 @@ def _anthropic_usage(report: Any, prompt: int | None = None) -> Usage:
     )
 
 
-_MESSAGES_OUTPUT = frozenset({"text_delta", "thinking_delta", "input_json_delta"})
+# Each Messages output delta, and the field that carries its output: a delta whose field is
+# empty carries nothing, so it neither counts nor keeps a stream alive.
+_MESSAGES_OUTPUT = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
 
 
 class MessagesReader:
@@ -174,10 +186,15 @@ class MessagesReader:
         kind = chunk.get("type")
         if kind == "content_block_delta":
             delta = chunk.get("delta")
-            if isinstance(delta, dict) and delta.get("type") in _MESSAGES_OUTPUT:
+            delta = delta if isinstance(delta, dict) else {}
+            field = _MESSAGES_OUTPUT.get(str(delta.get("type")))
+            if field is not None and delta.get(field):
                 _generated(outcome)
                 batch.output = True
-                if self._prompt is not None:
+                if outcome.usage is not None:
+                    # Output after the final report (message_delta is not the end): it counts too.
+                    outcome.usage = batch.usage = at_least_relayed(outcome.usage, outcome)
+                elif self._prompt is not None:
                     batch.usage = Usage(self._prompt, outcome.tokens_relayed)
         elif kind == "message_start":
             message = chunk.get("message")
@@ -198,7 +215,7 @@ class MessagesReader:
             except InvalidUsage:
                 outcome.invalid_usage = True
             else:
-                outcome.usage = batch.usage = usage
+                outcome.usage = batch.usage = at_least_relayed(usage, outcome)
         elif kind == "message_stop":
             batch.done = batch.output = True
         elif kind == "error":
@@ -251,8 +268,9 @@ class ResponsesReader:
     def read(self, chunk: dict[str, Any], outcome: Outcome, batch: Batch) -> None:
         kind = chunk.get("type")
         if kind in _RESPONSES_OUTPUT:
-            _generated(outcome)
-            batch.output = True
+            if chunk.get("delta"):  # an empty delta is not output: it keeps nothing alive
+                _generated(outcome)
+                batch.output = True
             return
         response = chunk.get("response")
         if not self._named and isinstance(response, dict):
@@ -269,7 +287,7 @@ class ResponsesReader:
             except InvalidUsage:
                 outcome.invalid_usage = True
             else:
-                outcome.usage = batch.usage = usage
+                outcome.usage = batch.usage = at_least_relayed(usage, outcome)
         elif kind in ("response.failed", "error"):
             outcome.error_reason = "worker_error_event"
             error = response.get("error") if isinstance(response, dict) else chunk

@@ -71,7 +71,7 @@ def as_text(value: bytes | str) -> str:
 
 def stored_response(response_id: str) -> str:
     """Which endpoint holds a response a worker stored, and whose it is. Response ids are checked
-    (gateway.proxy.dialects.native.RESPONSE_ID_RE) and can never contain a brace."""
+    (gateway.proxy.translation.native.RESPONSE_ID_RE) and can never contain a brace."""
     return f"{PREFIX}:resp:{{{response_id}}}"
 
 

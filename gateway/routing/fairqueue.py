@@ -14,6 +14,11 @@ If the waiting task is cancelled or times out after that but before it resumes, 
 return the item, so it passes it to ``on_orphan(item)`` and then re-raises. An offered item thus
 ends up exactly once either returned by ``wait()`` or given to ``on_orphan``; never both, never
 neither. ``on_orphan`` must not raise. Not thread-safe: call everything from the event loop thread.
+
+Places are shared too (``make_room``): when the queue is full, a team holding fewer than its share
+(``max_size`` over the teams waiting, its own included) takes the place of the newest waiter of the
+team that holds the most, which gets QueueFull; otherwise one team could fill the queue and every
+other team would be refused at once. Both queues (this one and tokenqueue.py) do so.
 """
 
 from __future__ import annotations
@@ -39,6 +44,16 @@ class QueueFull(Exception):
 
 class QueueTimeout(Exception):
     """The waiter was not served within its timeout."""
+
+
+def crowding_team(waiting: dict[str, int], team: str, max_size: int) -> str | None:
+    """The queue is full and `team` wants a place: the team that must give one up (the one
+    holding the most), or None when `team` already holds its share and is refused instead."""
+    teams = len(waiting) + (team not in waiting)
+    if waiting.get(team, 0) >= max_size // teams:
+        return None
+    # Someone holds more than its share, since the places add up to max_size.
+    return max(waiting, key=lambda t: waiting[t])
 
 
 class _Waiter(Generic[T]):
@@ -98,14 +113,14 @@ class FairQueue(Generic[T]):
         if not (weight > 0 and math.isfinite(weight)):
             raise ValueError(f"weight must be a positive finite number, got {weight}")
         if self._live >= self._max_size:
-            raise QueueFull(f"{self._live} requests already waiting")
+            self._make_room(team)
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         waiter = self._enqueue(team, weight, future)
         try:
             async with asyncio.timeout(timeout):
                 return await future
         except BaseException as exc:
-            if future.done() and not future.cancelled():
+            if future.done() and not future.cancelled() and future.exception() is None:
                 # offer() already handed the item over, so it is ours to give back.
                 self._on_orphan(future.result())
             elif waiter.live:
@@ -128,6 +143,20 @@ class FairQueue(Generic[T]):
             waiter.future.set_result(item)
             return True
         return False
+
+    def _make_room(self, team: str) -> None:
+        """Full: the newest waiter of the team holding the most gives its place to `team` if
+        `team` holds less than its share; otherwise `team` is refused. O(n), on the full path only."""
+        crowding = crowding_team(self._count, team, self._max_size)
+        if crowding is None:
+            raise QueueFull(f"{self._live} requests already waiting")
+        newest = max(
+            (entry for entry in self._heap if entry[2].live and entry[2].team == crowding),
+            key=lambda entry: entry[1],
+        )[2]
+        self._remove(newest, served=False)
+        if not newest.future.done():  # done: cancelled, and leaving anyway
+            newest.future.set_exception(QueueFull("its place went to another team's request"))
 
     def _enqueue(self, team: str, weight: float, future: asyncio.Future[T]) -> _Waiter[T]:
         start = max(self._vtime, self._last.get(team, self._vtime))

@@ -197,17 +197,29 @@ class Pool:
     # -- slots --------------------------------------------------------------------------------
 
     def try_acquire(
-        self, route: RouteRequest, rng: random.Random, exclude: Sequence[Endpoint] = ()
+        self,
+        route: RouteRequest,
+        rng: random.Random,
+        exclude: Sequence[Endpoint] = (),
+        deferred: list[RouteRequest] | None = None,
     ) -> tuple[Endpoint, bool] | None:
         """A slot now, without waiting: (endpoint, is_trial), or None when the caller must queue.
-        Raises PoolUnavailable when no endpoint could take the request even after a wait."""
-        got = self._try_acquire(route, rng, exclude)
+        Raises PoolUnavailable when no endpoint could take the request even after a wait.
+
+        `deferred`: the prefix index is not told of the pick; the route to tell it with is
+        appended there instead, for `accepted()` once the worker took the request (a prompt the
+        worker refuses must not fill the index)."""
+        got = self._try_acquire(route, rng, exclude, deferred)
         if got is not None and self.tokens is not None:
             self.tokens.dispatched(_ticket(route))
         return got
 
     def _try_acquire(
-        self, route: RouteRequest, rng: random.Random, exclude: Sequence[Endpoint]
+        self,
+        route: RouteRequest,
+        rng: random.Random,
+        exclude: Sequence[Endpoint],
+        deferred: list[RouteRequest] | None,
     ) -> tuple[Endpoint, bool] | None:
         if route.pinned is not None:
             return self._pinned(route.pinned, exclude)
@@ -224,7 +236,9 @@ class Pool:
                 if self.prefix is not None:
                     route = self.prefix.annotate(route, views)
                 chosen = cast(Endpoint, self.policy(views, route, rng))
-                if self.prefix is not None:
+                if deferred is not None:
+                    deferred.append(route)
+                elif self.prefix is not None:
                     self.prefix.record(route, chosen.url)
                 self._metrics.routing_decision.observe(time.perf_counter() - started)
                 chosen.inflight += 1
@@ -283,10 +297,16 @@ class Pool:
         return None
 
     async def acquire(
-        self, route: RouteRequest, rng: random.Random, exclude: Sequence[Endpoint], max_wait: float
+        self,
+        route: RouteRequest,
+        rng: random.Random,
+        exclude: Sequence[Endpoint],
+        max_wait: float,
+        deferred: list[RouteRequest] | None = None,
     ) -> tuple[Endpoint, bool]:
-        """A slot, waiting in the fair queue (at most `max_wait` s) when the pool is saturated."""
-        got = self.try_acquire(route, rng, exclude)
+        """A slot, waiting in the fair queue (at most `max_wait` s) when the pool is saturated.
+        `deferred`: as for `try_acquire`."""
+        got = self.try_acquire(route, rng, exclude, deferred)
         if got is not None:
             return got
         started = self._clock()
@@ -303,9 +323,16 @@ class Pool:
             self._metrics.queue_rejections.labels(self.name, "timeout").inc()
             raise self._saturated(ErrorCode.QUEUE_TIMEOUT, f"none was free within {max_wait:g}s") from None
         self._queue_wait.observe(self._clock() - started)
-        if self.prefix is not None:
+        if deferred is not None:
+            deferred.append(route)
+        elif self.prefix is not None:
             self.prefix.record(route, endpoint.url)  # a queued request takes any slot: no lookup
         return endpoint, False
+
+    def accepted(self, route: RouteRequest, endpoint: Endpoint) -> None:
+        """The worker took a request picked with `deferred`: now the prefix index learns of it."""
+        if self.prefix is not None:
+            self.prefix.record(route, endpoint.url)
 
     def _saturated(self, code: ErrorCode, why: str) -> GatewayError:
         return GatewayError(

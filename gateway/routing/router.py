@@ -113,6 +113,7 @@ class Router:
             self._forget_prefix_series(gone.name)
         route = ModelRoute(model, pools)
         self._native.clear()
+        self.metrics.price_changed(model.name, old.model.price if old else None, model.price)
         self._models[model.name] = route
         for name in (model.name, *model.aliases):
             self._by_name[name] = route
@@ -153,6 +154,7 @@ class Router:
         if route is None:
             return
         self._native.clear()
+        self.metrics.price_changed(name, route.model.price, None)
         self._unindex(route)
         for pool in route.pools:
             pool.close()

@@ -8,7 +8,8 @@ waiter)` hands the item to that waiter, or to `choose(candidates)` when it left 
 Handover contract (as in gateway.routing.fairqueue): `offer()` resolves the chosen waiter's future
 synchronously and takes it off the queue; a waiter cancelled or timed out after that passes the
 item to `on_orphan(item)`, so an offered item ends up exactly once either returned by `wait()` or
-given to `on_orphan`. Not thread-safe: call everything from the event loop thread.
+given to `on_orphan`. Places are shared across teams when full, as in fairqueue.py (`crowding_team`).
+Not thread-safe: call everything from the event loop thread.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from gateway.routing.fairqueue import QueueFull, QueueTimeout
+from gateway.routing.fairqueue import QueueFull, QueueTimeout, crowding_team
 from gateway.routing.share import ShareTicket
 
 T = TypeVar("T")
@@ -81,7 +82,7 @@ class TokenQueue(Generic[T]):
         """Wait for an item from `offer()`. Raises QueueFull at once when full, QueueTimeout
         after `timeout` seconds; cancellation takes the waiter off the queue."""
         if self._live >= self._max_size:
-            raise QueueFull(f"{self._live} requests already waiting")
+            self._make_room(ticket.team)
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         waiter = Waiter(ticket, next(self._seq), self._clock(), future)
         self._bands.setdefault(ticket.band, {}).setdefault(ticket.team, collections.deque()).append(waiter)
@@ -93,7 +94,7 @@ class TokenQueue(Generic[T]):
             async with asyncio.timeout(timeout):
                 return await future
         except BaseException as exc:
-            if future.done() and not future.cancelled():
+            if future.done() and not future.cancelled() and future.exception() is None:
                 self._on_orphan(future.result())  # offer() handed it over: ours to give back
             elif waiter.live:
                 self._remove(waiter)
@@ -140,6 +141,20 @@ class TokenQueue(Generic[T]):
         self._remove(waiter)
         waiter.future.set_result(item)
         return waiter
+
+    def _make_room(self, team: str) -> None:
+        """Full: the newest waiter of the team holding the most gives its place to `team` if
+        `team` holds less than its share; otherwise `team` is refused. O(n), on the full path only."""
+        crowding = crowding_team(self._count, team, self._max_size)
+        if crowding is None:
+            raise QueueFull(f"{self._live} requests already waiting")
+        newest = max(
+            (w for teams in self._bands.values() for w in teams.get(crowding, ()) if w.live),
+            key=lambda w: w.seq,
+        )
+        self._remove(newest)  # left in its FIFO, pruned when it reaches the front
+        if not newest.future.done():  # done: cancelled, and leaving anyway
+            newest.future.set_exception(QueueFull("its place went to another team's request"))
 
     def _remove(self, waiter: Waiter[T]) -> None:
         waiter.live = False

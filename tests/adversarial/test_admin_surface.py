@@ -117,7 +117,7 @@ def test_a_short_admin_token_stops_the_start_naming_the_variable_not_the_value()
     assert Settings.from_env({"SLUICEGATE_ADMIN_TOKEN": "x" * 32}).admin_token == "x" * 32
 
 
-def test_wrong_admin_tokens_lock_out_their_address_and_are_logged_without_the_value(
+def test_wrong_admin_tokens_are_throttled_per_address_and_logged_without_the_value(
     make_gateway: GatewayFactory, all_logs: list[str]
 ) -> None:
     # Loopback is a trusted proxy here, so X-Forwarded-For gives each caller its own address.
@@ -127,17 +127,32 @@ def test_wrong_admin_tokens_lock_out_their_address_and_are_logged_without_the_va
         gw.secrets_created.extend(guesses)
         for guess in guesses:
             _refused(_call(gw, "GET", "/admin/v1/teams", token=guess, **guesser), 401, "admin_unauthorized")
-        # Now even the right token is refused from that address, and says when to come back.
-        locked = _call(gw, "GET", "/admin/v1/teams", **guesser)
-        _refused(locked, 429, "admin_throttled")
-        assert int(locked.headers["retry-after"]) > 0
-        _refused(_call(gw, "GET", "/admin/v1/models", token=guesses[0], **guesser), 429, "admin_throttled")
+        # Now a wrong token from that address is throttled, says when to come back, and is not logged.
+        for _ in range(5):
+            locked = _call(gw, "GET", "/admin/v1/models", token=guesses[0], **guesser)
+            _refused(locked, 429, "admin_throttled")
+            assert int(locked.headers["retry-after"]) > 0
         # Another address is not.
         assert _call(gw, "GET", "/admin/v1/teams", **operator).status == 200
     rejected = [line for line in all_logs if "admin token rejected" in line]
     assert len(rejected) == 3
     assert all("peer=203.0.113.7" in line and "path=/admin/v1/teams" in line for line in rejected)
     assert not [line for line in all_logs if any(guess in line for guess in guesses)]
+
+
+def test_guessers_sharing_the_admins_address_cannot_lock_the_admin_out(make_gateway: GatewayFactory) -> None:
+    # Behind a NAT or an ingress everyone has one address: the guesses and the admin's calls come
+    # from the same peer here. The right token is never refused, and the guesses stay throttled.
+    with make_gateway(admin_max_failures=3) as gw:
+        guesses = [f"guess-{i}-" + "g" * 32 for i in range(10)]
+        gw.secrets_created.extend(guesses)
+        statuses = [_call(gw, "GET", "/admin/v1/teams", token=guess).status for guess in guesses]
+        assert statuses == [401] * 3 + [429] * 7
+        assert _call(gw, "GET", "/admin/v1/teams").status == 200
+        team = gw.new_team()
+        assert _call(gw, "POST", "/admin/v1/keys", {"team": team}).status == 201
+        # The admin's success does not hand the guessers fresh tries.
+        _refused(_call(gw, "GET", "/admin/v1/teams", token=guesses[0]), 429, "admin_throttled")
 
 
 def test_the_throttle_forgets_a_lockout_after_its_time_and_holds_a_bounded_number_of_addresses() -> None:

@@ -1,7 +1,7 @@
 """An admission that Redis carried out but whose reply came too late: the client is told 503
 `redis_unavailable`, yet admit.lua has already taken a concurrency slot and charged the token
 reservation against the team's budget. No Settlement was opened for it (the pipeline only opens
-one for an admission it saw), so nothing ever gives them back: the slot stays for its 15-minute
+one for an admission it saw), so nothing ever gives them back: the slot stays for its whole
 lease, the budget reservation stays spent for the day.
 
 Redis is reached through a loopback proxy that forwards everything but, once armed, swallows the
@@ -159,6 +159,6 @@ def test_an_admission_whose_reply_timed_out_leaves_nothing_charged(
             raise AssertionError(
                 "the client was refused with 503 redis_unavailable, but admit.lua had run: "
                 f"{slots} concurrency slot(s) stay held (a key allowing 1 at a time is locked out for "
-                f"the 15-minute lease) and "
+                f"its lease) and "
                 f"{spent} budget tokens stay spent for a request that never ran"
             ) from None

@@ -3,7 +3,7 @@ into the access log: `re.match` with `$` accepts a trailing newline."""
 
 from __future__ import annotations
 
-from gateway.proxy.context import client_request_id
+from gateway.http.context import client_request_id
 
 
 def test_a_client_request_id_with_a_trailing_newline_is_refused() -> None:

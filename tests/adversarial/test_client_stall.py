@@ -17,8 +17,8 @@ from typing import Any, cast
 
 import aiohttp
 
+from gateway.apis.openai.dialect import CHAT
 from gateway.config import HealthConfig, ModelConfig, ModelTable, RoutingConfig, Timeouts
-from gateway.proxy.dialects.openai import CHAT
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.upstream import UpstreamResponse

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import aiohttp
 
-from gateway.proxy.dialects.openai import CHAT
+from gateway.apis.openai.dialect import CHAT
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.upstream import UpstreamResponse

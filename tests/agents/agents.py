@@ -89,6 +89,8 @@ class Agent:
             self._codex_config()
         elif self.name == "opencode":
             self._opencode_config()
+        elif self.name == "gemini":
+            self._gemini_config()
 
     def env(self) -> dict[str, str]:
         home = str(self.home)
@@ -123,6 +125,14 @@ class Agent:
             env.update(
                 OPENCODE_DISABLE_AUTOUPDATE="1", OPENCODE_DISABLE_MODELS_FETCH="1", GW_KEY=self.target.key
             )
+        elif self.name == "gemini":
+            # The root, no /v1beta: Gemini CLI adds its own path. Telemetry and update checks off.
+            env.update(
+                GOOGLE_GEMINI_BASE_URL=self.target.root_url,
+                GEMINI_API_KEY=self.target.key,
+                GEMINI_CLI_TRUST_WORKSPACE="true",  # headless, an untrusted folder is exit 55
+                GEMINI_TELEMETRY_ENABLED="false",
+            )
         env.update(self.extra_env)
         return env
 
@@ -143,7 +153,8 @@ class Agent:
             model = f"gw/{self.target.model}"
             return [str(BIN / "opencode"), "run", "-m", model, *(["--continue"] if resume else []), prompt]
         if self.name == "gemini":
-            return [str(BIN / "gemini"), "--version"]
+            head = [str(BIN / "gemini"), "-m", self.target.model]
+            return [*head, "--resume", "latest", "-p", prompt] if resume else [*head, "-p", prompt]
         raise ValueError(self.name)
 
     def run(self, prompt: str, *, resume: bool = False, timeout_s: float = RUN_TIMEOUT_S) -> RunResult:
@@ -190,6 +201,19 @@ class Agent:
         directory = self.home / ".config" / "opencode"
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "opencode.json").write_text(json.dumps(config, indent=2))
+
+    def _gemini_config(self) -> None:
+        # Since 0.13 a base URL makes Gemini CLI infer a "gateway" auth type it refuses headless
+        # (exit 41): the key is named as the auth type instead (coding-agents notes).
+        settings = {
+            "security": {"auth": {"selectedType": "gemini-api-key"}},
+            "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+            "privacy": {"usageStatisticsEnabled": False},
+            "telemetry": {"enabled": False},
+        }
+        directory = self.home / ".gemini"
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "settings.json").write_text(json.dumps(settings, indent=2))
 
 
 def run_command(agent: Agent, args: list[str], *, timeout_s: float = RUN_TIMEOUT_S) -> RunResult:

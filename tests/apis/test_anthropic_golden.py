@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from gateway.apis.anthropic.dialect import MESSAGES
+from gateway.apis.anthropic.errors import type_and_status
+from gateway.apis.anthropic.request import translate
+from gateway.apis.anthropic.stream import AnthropicStream
 from gateway.errors import ErrorCode, GatewayError, WorkerRejected
-from gateway.proxy.dialects.anthropic import MESSAGES
-from gateway.proxy.dialects.anthropic_errors import type_and_status
-from gateway.proxy.dialects.anthropic_request import translate
-from gateway.proxy.dialects.anthropic_stream import AnthropicStream
 
 MODEL = "claude-ish"
 Event = tuple[str, dict[str, Any]]
@@ -461,6 +461,7 @@ def test_every_error_code_has_an_anthropic_type_and_status() -> None:
         ErrorCode.POOL_SATURATED,
         ErrorCode.QUEUE_TIMEOUT,
         ErrorCode.SHUTTING_DOWN,
+        ErrorCode.SERVER_BUSY,
     }
     for code in ErrorCode:
         kind, status = type_and_status(GatewayError(code, "x"))

@@ -18,7 +18,7 @@ import pytest
 
 from gateway.config import ModelConfig, ModelTable
 from gateway.model_table import NATIVE, Protocols
-from gateway.proxy.dialects.native import text_chars
+from gateway.proxy.translation.native import text_chars
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, worker_record
 
 NATIVE_MODEL = "native-model"

@@ -11,9 +11,9 @@ from typing import Any
 
 import orjson
 
+from gateway.apis.responses.dialect import RESPONSES
+from gateway.apis.responses.stream import ResponsesStream
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.dialects.responses import RESPONSES
-from gateway.proxy.dialects.responses_stream import ResponsesStream
 
 _ID = re.compile(r"\b(resp|msg|rs|fc|call)_[0-9a-f]{32}\b")
 

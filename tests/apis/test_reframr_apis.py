@@ -1,6 +1,6 @@
-"""Anthropic Messages and OpenAI Responses, translated, in front of the Reframr worker (its
-deterministic engine), with the real SDKs: a worker that speaks only the chat contract serves both
-APIs, tool calls included, and what each client is told about usage is what is metered.
+"""Anthropic Messages, OpenAI Responses and Google's Gemini API, translated, in front of the
+Reframr worker (its deterministic engine), with the real SDKs: a worker that speaks only the chat
+contract serves all three, tool calls included, and what each client is told about usage is what is metered.
 
 The engine answers `mode=default`, then the words of the last turn, then filler `w<i>`, up to
 `max_tokens` words (one word a token); `call NAME ARGS` in the last user turn makes it call NAME.
@@ -13,6 +13,8 @@ from collections.abc import Iterator
 import anthropic
 import pytest
 from anthropic.types import MessageParam, ToolParam
+from google import genai
+from google.genai import types
 
 from gateway.config import ModelConfig, ModelTable
 from tests.conftest import Gateway, GatewayFactory
@@ -122,3 +124,61 @@ def test_a_responses_function_call(gw: Gateway) -> None:
     )
     calls = [item for item in answer.output if item.type == "function_call"]
     assert [(c.name, c.arguments) for c in calls] == [("get_weather", '{"city": "Paris"}')]
+
+
+def _gemini(gw: Gateway, key: str) -> genai.Client:
+    return genai.Client(api_key=key, http_options=types.HttpOptions(base_url=gw.url, api_version="v1beta"))
+
+
+def test_gemini_whole_and_streamed(gw: Gateway) -> None:
+    key = gw.new_key()
+    with _gemini(gw, key["key"]) as client:
+        whole = client.models.generate_content(
+            model=MODEL, contents="hello there", config=types.GenerateContentConfig(max_output_tokens=5)
+        )
+        chunks = list(
+            client.models.generate_content_stream(
+                model=MODEL, contents="hello there", config=types.GenerateContentConfig(max_output_tokens=4)
+            )
+        )
+    assert (whole.text or "").split() == ["mode=default", "hello", "there", "w3", "w4"]
+    assert whole.candidates is not None
+    assert whole.candidates[0].finish_reason == types.FinishReason.MAX_TOKENS
+    assert "".join(c.text or "" for c in chunks).split() == ["mode=default", "hello", "there", "w3"]
+    assert whole.usage_metadata is not None
+    last = chunks[-1].usage_metadata
+    assert last is not None
+    told = (
+        (whole.usage_metadata.prompt_token_count or 0) + (last.prompt_token_count or 0),
+        (whole.usage_metadata.candidates_token_count or 0) + (last.candidates_token_count or 0),
+    )
+    assert told[1] == 9
+    assert _metered(gw, key["team"], 2) == told
+
+
+def test_a_gemini_function_calling_round_trip(gw: Gateway) -> None:
+    weather = types.FunctionDeclaration(
+        name="get_weather",
+        description="The weather in a city.",
+        parameters=types.Schema(
+            type=types.Type.OBJECT, properties={"city": types.Schema(type=types.Type.STRING)}
+        ),
+    )
+    config = types.GenerateContentConfig(
+        tools=[types.Tool(function_declarations=[weather])],
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        max_output_tokens=64,
+    )
+    ask = types.Content(role="user", parts=[types.Part(text='call get_weather {"city": "Paris"}')])
+    with _gemini(gw, gw.new_key()["key"]) as client:
+        first = client.models.generate_content(model=MODEL, contents=[ask], config=config)
+        (call,) = first.function_calls or []
+        assert (call.name, call.args) == ("get_weather", {"city": "Paris"})
+        assert first.candidates is not None
+        result = types.Part.from_function_response(name="get_weather", response={"output": "sunny"})
+        second = client.models.generate_content(
+            model=MODEL,
+            contents=[ask, first.candidates[0].content, types.Content(role="user", parts=[result])],
+            config=config,
+        )
+    assert "sunny" in (second.text or "")

@@ -91,6 +91,61 @@ SPOOL_EXISTING_CLAIM: dict[str, Any] = {
     }
 }
 
+# The client APIs published outside the cluster, both ways, with the gateway logging JSON.
+PUBLISHED: dict[str, Any] = {
+    "gateway": {
+        "logFormat": "json",
+        "ingress": {
+            "enabled": True,
+            "className": "nginx",
+            "annotations": {"nginx.ingress.kubernetes.io/proxy-buffering": "off"},
+            "hosts": ["llm.example.com", "llm.internal.example.com"],
+            "tls": [{"secretName": "llm-tls", "hosts": ["llm.example.com"]}],
+        },
+        "httpRoute": {
+            "enabled": True,
+            "parentRefs": [{"name": "public", "namespace": "gateway-system", "sectionName": "https"}],
+            "hostnames": ["llm.example.com"],
+            "timeouts": {"request": "3600s"},
+        },
+    }
+}
+
+# Every model-table setting a chart model may carry: native protocols, worker token counts, the
+# agents' normalisation, hosted tools, output caps and prices (strings and numbers).
+NATIVE_MODELS: dict[str, Any] = {
+    "models": [
+        {
+            "name": "qwen3-32b",
+            "engine": "vllm",
+            "vllm": {"model": "Qwen/Qwen3-32B", "toolCallParser": "hermes", "maxModelLen": 32768},
+            "protocols": {"messages": "native", "responses": "native"},
+            "tokenize": True,
+            "native_normalise": True,
+            "hosted_tools": "refuse",
+            "max_output_tokens": 8192,
+            "context_window": 32768,
+            "default_max_tokens": 4096,
+            "price": {"input_per_million": "0.15", "output_per_million": "0.60", "currency": "EUR"},
+        },
+        {
+            "name": "remote",
+            "engine": "external",
+            "external": {"url": "http://10.0.0.5:8000"},
+            "protocols": {"responses": "native"},
+            "price": {"input_per_million": 2, "output_per_million": 0.5, "currency": "EUR"},
+        },
+        {"name": "reframr", "engine": "reframr", "mode": "test", "native_normalise": False},
+    ],
+    "extraModels": [
+        {
+            "name": "canary",
+            "endpoints": [{"url": "http://10.0.0.6:8000"}],
+            "price": {"input_per_million": "0.1", "output_per_million": "0.3", "currency": "EUR"},
+        }
+    ],
+}
+
 # name -> (values files, values)
 CASES: dict[str, tuple[tuple[Path, ...], dict[str, Any] | None]] = {
     "default": ((), None),
@@ -127,4 +182,6 @@ CASES: dict[str, tuple[tuple[Path, ...], dict[str, Any] | None]] = {
     "spool-claims": ((), SPOOL_CLAIMS),
     "spool-claims-autoscaled": ((), SPOOL_CLAIMS_AUTOSCALED),
     "spool-existing-claim": ((), SPOOL_EXISTING_CLAIM),
+    "published": ((), PUBLISHED),
+    "native-models": ((), NATIVE_MODELS),
 }

@@ -129,6 +129,8 @@ def test_dashboard_has_the_panels_the_operators_need() -> None:
         "sluicegate_rate_limited_total",
         "sluicegate_pool_queue_depth",
         "sluicegate_pool_healthy_endpoints",
+        # Cost per team: tokens times the model table's prices, joined in the query.
+        "sluicegate_model_price_per_token",
     ):
         assert metric in text, metric
     for quantile in ("0.5", "0.95", "0.99"):

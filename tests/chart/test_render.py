@@ -26,8 +26,9 @@ from tests.chart.conftest import (
     rendered,
 )
 
-# Custom resources: no schema ships with kubernetes-validate; tests/chart/test_monitoring.py checks them.
-CUSTOM_KINDS = {"ServiceMonitor", "PrometheusRule", "ScaledObject"}
+# Custom resources: no schema ships with kubernetes-validate; tests/chart/test_monitoring.py and
+# test_publishing.py check them.
+CUSTOM_KINDS = {"ServiceMonitor", "PrometheusRule", "ScaledObject", "HTTPRoute"}
 KUBE_VERSIONS = ("1.29.0", "1.34.0")
 
 

@@ -204,6 +204,38 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
         {"models": [{**VLLM, "name": "has space"}]},
         "at '/models/0/name'",
     ),
+    "http route without a gateway": (
+        {"gateway": {"httpRoute": {"enabled": True}}},
+        "gateway.httpRoute.enabled needs gateway.httpRoute.parentRefs",
+    ),
+    "native protocols on reframr": (
+        {"models": [{"name": "r", "engine": "reframr", "mode": "test", "protocols": {"messages": "native"}}]},
+        "models[0] (r): engine reframr serves the chat contract only",
+    ),
+    "tokenize on reframr": (
+        {"models": [{"name": "r", "engine": "reframr", "mode": "test", "tokenize": True}]},
+        "models[0] (r): engine reframr serves the chat contract only",
+    ),
+    "unknown protocol": (
+        {"models": [{**VLLM, "protocols": {"messages": "nativ"}}]},
+        "at '/models/0/protocols/messages'",
+    ),
+    "price as a word": (
+        {"models": [{**VLLM, "price": {"input_per_million": "cheap", "output_per_million": "1"}}]},
+        "at '/models/0/price/input_per_million'",
+    ),
+    "price without an output price": (
+        {"models": [{**VLLM, "price": {"input_per_million": "0.1"}}]},
+        "at '/models/0/price'",
+    ),
+    "unknown log format": (
+        {"gateway": {"logFormat": "xml"}},
+        "at '/gateway/logFormat'",
+    ),
+    "ingress host with a path": (
+        {"gateway": {"ingress": {"enabled": True, "hosts": ["llm.example.com/admin"]}}},
+        "at '/gateway/ingress/hosts/0'",
+    ),
 }
 
 

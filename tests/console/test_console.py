@@ -79,7 +79,7 @@ def test_sign_in_sets_a_strict_cookie_and_the_csp(context: BrowserContext, conso
     expect(page.locator("input[name=token]")).to_be_visible()
 
 
-def test_a_wrong_token_cannot_sign_in_and_repeated_ones_lock_out(
+def test_a_wrong_token_cannot_sign_in_and_repeated_ones_are_throttled(
     browser: Browser, make_gateway: GatewayFactory
 ) -> None:
     with make_gateway(admin_max_failures=3) as gateway:
@@ -92,17 +92,21 @@ def test_a_wrong_token_cannot_sign_in_and_repeated_ones_lock_out(
             for _ in range(2):
                 sign_in(page, gateway, "y" * 40)
                 expect(page.locator(".error")).to_be_visible()
-            # Locked out: now even the right token is refused, as by the admin API.
-            sign_in(page, gateway)
+            # Throttled: a wrong token now says when to try again, as the admin API does ...
+            sign_in(page, gateway, "z" * 40)
             expect(page.locator(".error")).to_contain_text("Too many wrong admin tokens")
             assert not [c for c in context.cookies() if c["name"] == "sg_console"]
             request = urllib.request.Request(  # noqa: S310
-                f"{gateway.url}/admin/v1/teams", headers={"authorization": f"Bearer {gateway.admin_token}"}
+                f"{gateway.url}/admin/v1/teams", headers={"authorization": "Bearer " + "z" * 40}
             )
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(request, timeout=10)  # noqa: S310
             refused.value.close()
             assert refused.value.code == 429
+            # ... and the right token still signs in: guesses cannot lock the admin out.
+            sign_in(page, gateway)
+            expect(page.locator("input[name=token]")).to_have_count(0)
+            assert [c for c in context.cookies() if c["name"] == "sg_console"]
         finally:
             context.close()
 

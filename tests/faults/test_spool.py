@@ -132,7 +132,10 @@ def test_corrupt_lines_are_skipped_and_counted(
 
 def test_a_restart_that_cannot_reach_redis_keeps_the_spool_without_copying_it(tmp_path: Path) -> None:
     path = tmp_path / "usage.spool"
-    kept = [_record(1, "spool-unit", (("sg:{t:spool-unit}:conc", "c", "req-1"),)), _record(2, "spool-unit")]
+    kept = [
+        _record(1, "spool-unit", (("sg:{t:spool-unit}:rl:key:k1:conc", "c", "req-1"),)),
+        _record(2, "spool-unit"),
+    ]
     Spool(path).keep(kept)
 
     async def restart_without_redis(extra: UsageRecord | None) -> None:

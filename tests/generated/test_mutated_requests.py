@@ -261,7 +261,7 @@ def test_mutated_request(target: Target, live: Live) -> None:
         head.append(("x-forwarded-for", live.new_client().encode()))
         status, _, answer = send(live.url, target.method, path, raw, head, TIMEOUT_S)
         what = f"{target.method} {path} body={(raw or b'')[:120]!r} headers={head!r}"
-        assert_answer(status, answer, what, path=path)
+        assert_answer(status, answer, what, path=path, method=target.method)
         authorized = not target.auth or dict(head).get("authorization") == b"Bearer " + secret
         if target.succeeds and authorized and raw == valid:
             assert 200 <= status < 300, f"{what}: {status} {answer[:300]!r}"

@@ -9,9 +9,9 @@ import re
 from openapi_spec_validator import validate
 from starlette.routing import Mount, Route
 
+from gateway.apis.openapi import document
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.edge.openapi import document
 from tests.conftest import default_table
 from tests.generated.conftest import Live
 from tests.generated.wire import send
@@ -50,13 +50,16 @@ def test_every_operation_documents_its_errors_in_the_envelope() -> None:
     error_ref = {"$ref": "#/components/schemas/Error"}
     # Anthropic's SDKs read only Anthropic's envelope: its routes answer in it.
     anthropic_ref = {"$ref": "#/components/schemas/AnthropicError"}
+    # Google's SDKs read Google's envelope: the Gemini operations answer in it.
+    google_ref = {"$ref": "#/components/schemas/GoogleError"}
     for path, item in document()["paths"].items():
         for method, operation in item.items():
             secured = bool(operation["security"])
-            assert secured == (path.startswith(("/v1/", "/admin/"))), (method, path)
+            assert secured == (path.startswith(("/v1/", "/v1beta/", "/admin/"))), (method, path)
             for status, response in operation["responses"].items():
                 if status.startswith(("4", "5")) and path != "/readyz":
                     expected = anthropic_ref if path.startswith("/v1/messages") else error_ref
+                    expected = google_ref if "gemini" in operation.get("tags", ()) else expected
                     assert response["content"]["application/json"]["schema"] == expected, (method, path)
             if secured:
                 assert "401" in operation["responses"], (method, path)

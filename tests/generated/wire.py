@@ -7,14 +7,15 @@ import http.client
 import json
 import urllib.parse
 
+from gateway.apis.anthropic.errors import ERROR_TYPES as ANTHROPIC_ERROR_TYPES
+from gateway.apis.gemini.errors import STATUSES as GOOGLE_STATUSES
 from gateway.errors import ErrorCode
-from gateway.proxy.dialects.anthropic_errors import ERROR_TYPES as ANTHROPIC_ERROR_TYPES
 
 WIRE_CODES = frozenset(code.wire_code for code in ErrorCode)
 ANTHROPIC_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
 
 
-def assert_answer(status: int, body: bytes, what: str, *, path: str = "") -> None:
+def assert_answer(status: int, body: bytes, what: str, *, path: str = "", method: str = "") -> None:
     """Below 500, and a refusal in the envelope with one of the gateway's own codes (in
     Anthropic's envelope, with one of its types, on the Anthropic routes)."""
     shown = f"{what}: {status} {body[:300]!r}"
@@ -36,12 +37,24 @@ def assert_answer(status: int, body: bytes, what: str, *, path: str = "") -> Non
         return
     assert set(envelope) == {"error"}, shown
     error = envelope["error"]
+    if _is_gemini(method, path.split("?")[0]):
+        assert set(error) - {"details"} == {"code", "message", "status"}, shown
+        assert (error["code"], error["status"] in GOOGLE_STATUSES) == (status, True), shown
+        assert isinstance(error["message"], str), shown
+        assert error["message"], shown
+        return
     assert set(error) == {"message", "type", "param", "code"}, shown
     assert isinstance(error["message"], str), shown
     assert error["message"], shown
     assert isinstance(error["type"], str), shown
     assert error["param"] is None or isinstance(error["param"], str), shown
     assert error["code"] in WIRE_CODES, shown
+
+
+def _is_gemini(method: str, path: str) -> bool:
+    """Google's envelope: under /v1beta/, or a POST under /v1/models/ (Gemini's model methods;
+    GET is OpenAI's)."""
+    return path.startswith("/v1beta/") or (method == "POST" and path.startswith("/v1/models/"))
 
 
 def send(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import redis
 
-from gateway.proxy.dialects import openai as openai_dialect
+from gateway.apis.openai import dialect as openai_dialect
 from tests.conftest import FAKE_MODEL, GatewayFactory
 from tests.http import post
 from tests.pipeline.support import CHAT, chat, envelope, wait_inflight_zero, wait_requests_metered

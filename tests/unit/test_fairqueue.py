@@ -136,7 +136,7 @@ def test_queue_full_at_max_size_and_room_again_after_service() -> None:
         queue, _ = _queue(max_size=3)
         tasks = await _enqueue(queue, "a", 3)
         with pytest.raises(QueueFull):
-            await queue.wait("b", 1.0, 60.0)
+            await queue.wait("a", 1.0, 60.0)
         assert len(queue) == 3
         assert queue.offer(7)
         more = await _enqueue(queue, "b", 1)
@@ -145,6 +145,28 @@ def test_queue_full_at_max_size_and_room_again_after_service() -> None:
             task.cancel()
         await asyncio.gather(*tasks, *more, return_exceptions=True)
         assert len(queue) == 0
+
+    _run(scenario)
+
+
+def test_a_full_queue_gives_a_team_below_its_share_the_place_of_the_crowding_teams_newest() -> None:
+    async def scenario() -> None:
+        queue, orphans = _queue(max_size=4)
+        crowd = await _enqueue(queue, "a", 4)
+        newcomers = await _enqueue(queue, "b", 2)
+        assert queue.waiting_by_team() == {"a": 2, "b": 2}
+        # The crowding team's two newest gave their places up, with QueueFull.
+        await asyncio.wait(crowd[2:], timeout=5)
+        assert [type(t.exception()) for t in crowd[2:]] == [QueueFull, QueueFull]
+        assert not any(t.done() for t in crowd[:2])
+        with pytest.raises(QueueFull):  # at its share now
+            await queue.wait("b", 1.0, 60.0)
+        for _ in range(4):  # the four left are served; the two that gave up hold nothing
+            assert queue.offer(next(_items))
+        assert queue.offer(next(_items)) is False
+        await asyncio.gather(*crowd[:2], *newcomers)
+        assert len(queue) == 0
+        assert orphans == []
 
     _run(scenario)
 

@@ -10,15 +10,15 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
+from gateway.apis.openai.dialect import CHAT, COMPLETIONS, EMBEDDINGS, reset_duration
 from gateway.errors import ErrorCode
+from gateway.http.context import RequestContext, client_request_id, new_request_id
 from gateway.limits import admission
 from gateway.limits.admission import Admission, Limit, LimitKind, LimitState, Reservation
 from gateway.limits.output import NO_OUTPUT, AskedOutput
 from gateway.limits.spec import LimitSet, TokenCount
 from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
-from gateway.proxy.context import RequestContext, client_request_id, new_request_id
-from gateway.proxy.dialects.openai import CHAT, COMPLETIONS, EMBEDDINGS, reset_duration
 from gateway.proxy.settlement import Ending, Settlement
 from gateway.proxy.usage import MAX_TOKENS, InvalidUsage, Usage, parse_usage
 from gateway.proxy.worker_errors import MAX_MESSAGE_CHARS, worker_failure

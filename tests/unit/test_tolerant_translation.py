@@ -9,19 +9,19 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.apis.anthropic.dialect import MESSAGES, MessagesCall
+from gateway.apis.anthropic.request import translate
+from gateway.apis.anthropic.stream import AnthropicStream
+from gateway.apis.responses.call import ResponsesCall, parse_call
+from gateway.apis.responses.dialect import RESPONSES
+from gateway.apis.responses.stream import ResponsesStream
 from gateway.config import ModelConfig
 from gateway.errors import ConfigError, ErrorCode, GatewayError
+from gateway.http.context import RequestContext
 from gateway.model_table import NATIVE, Protocols, parse_model
 from gateway.observability.metrics import Metrics
-from gateway.proxy.context import RequestContext
-from gateway.proxy.dialects import ignored, model_rules, native
-from gateway.proxy.dialects.anthropic import MESSAGES, MessagesCall
-from gateway.proxy.dialects.anthropic_request import translate
-from gateway.proxy.dialects.anthropic_stream import AnthropicStream
-from gateway.proxy.dialects.chat_shape import fold_chat, fold_messages
-from gateway.proxy.dialects.responses import RESPONSES
-from gateway.proxy.dialects.responses_call import ResponsesCall, parse_call
-from gateway.proxy.dialects.responses_stream import ResponsesStream
+from gateway.proxy.translation import ignored, model_rules, native
+from gateway.proxy.translation.chat_shape import fold_chat, fold_messages
 
 SYS = {"role": "system", "content": "s"}
 

@@ -3,8 +3,9 @@
     .venv/bin/python tools/agents/capture.py [claude codex opencode ...]
 
 Runs every agent once, straight against a recording fake worker (no gateway: what the agent itself
-sends), through the scripted conversation of tests/agents (a plain turn, a tool round trip, a
-continued turn; workers/fake/agent_turns.py plays the model), and writes each POST to
+sends; Gemini CLI, whose API no worker speaks, against a recording gateway in front of it), through
+the scripted conversation of tests/agents (a plain turn, a tool round trip, a continued turn;
+workers/fake/agent_turns.py plays the model), and writes each POST to
 tests/agents/golden/<agent>[-<variant>]-<version>-<turn>.json: {"method", "path", "headers" (names
 only), "body"}, where every string longer than 40 characters is replaced by a same-length
 placeholder: the structure, field names, tool names and roles stay, the vendors' prompt text does
@@ -13,9 +14,12 @@ not. A failing agent run still leaves the bodies it sent; the script says which 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import secrets
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,10 @@ sys.path.insert(0, str(ROOT))
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send  # noqa: E402
 
+from gateway.app import create_app as create_gateway  # noqa: E402
+from gateway.cli import AdminClient  # noqa: E402
+from gateway.config import ModelConfig, ModelTable, Settings  # noqa: E402
+from gateway.dev.embedded_redis import EmbeddedRedis  # noqa: E402
 from tests.agents.agents import Target, make_agent  # noqa: E402
 from tests.agents.script import conversation  # noqa: E402
 from tests.servers import run_uvicorn  # noqa: E402
@@ -35,7 +43,9 @@ PLACEHOLDER = "x"
 # The model names the fake answers to: each agent's own default names go through too, as a
 # gateway's aliases would serve them.
 MODEL = "fake-model"
-RUNS = [("claude", ""), ("codex", ""), ("opencode", "openai"), ("opencode", "anthropic")]
+RUNS = [("claude", ""), ("codex", ""), ("opencode", "openai"), ("opencode", "anthropic"), ("gemini", "")]
+# Agents whose API only the gateway serves (by translation): recorded in front of a gateway.
+THROUGH_GATEWAY = frozenset({"gemini"})
 
 
 def redact(value: Any) -> Any:
@@ -85,11 +95,44 @@ class Recorder:
         await self.app(scope, replay, send)
 
 
-def capture(name: str, variant: str) -> list[str]:
+@contextlib.contextmanager
+def recorded_gateway() -> Iterator[tuple[Recorder, str, str]]:
+    """A gateway (its own Redis, the fake worker behind it serving MODEL), recorded in front;
+    (the recorder, its URL, a key)."""
+    admin_token = "adm-" + secrets.token_urlsafe(24)
+    with (
+        EmbeddedRedis() as redis,
+        run_uvicorn(create_app([MODEL])) as worker,
+        tempfile.TemporaryDirectory(prefix="capture-spool-") as spool,
+    ):
+        settings = Settings(redis_url=redis.url, admin_token=admin_token, spool_path=f"{spool}/spool")
+        table = ModelTable((ModelConfig(name=MODEL, endpoints=(worker,)),))
+        recorder = Recorder(create_gateway(settings, table))
+        with run_uvicorn(recorder, settings=settings) as url:
+            admin = AdminClient(url, admin_token)
+            admin.call("POST", "/admin/v1/teams", {"name": "capture"})
+            key: str = admin.call("POST", "/admin/v1/keys", {"team": "capture"})["key"]
+            yield recorder, url, key
+
+
+@contextlib.contextmanager
+def recorded(name: str) -> Iterator[tuple[Recorder, str, str]]:
+    if name in THROUGH_GATEWAY:
+        with recorded_gateway() as found:
+            yield found
+        return
     recorder = Recorder(create_app([MODEL]))
+    with run_uvicorn(recorder) as url:
+        yield recorder, url, "sk-capture"
+
+
+def capture(name: str, variant: str) -> list[str]:
     problems: list[str] = []
-    with run_uvicorn(recorder) as url, tempfile.TemporaryDirectory(prefix=f"capture-{name}-") as scratch:
-        agent = make_agent(name, Target(url, "sk-capture", MODEL), Path(scratch), variant)
+    with (
+        recorded(name) as (recorder, url, key),
+        tempfile.TemporaryDirectory(prefix=f"capture-{name}-") as scratch,
+    ):
+        agent = make_agent(name, Target(url, key, MODEL), Path(scratch), variant)
         stem = f"{name}{'-' + variant if variant else ''}-{agent.version}"
         for turn in conversation(agent.workdir):
             before = len(recorder.requests)

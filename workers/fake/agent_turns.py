@@ -10,7 +10,8 @@ or the tool results the agent sends back). The script, in order:
 - A tool result in the trailing part: answer text, `tool said: <the result's first words>`, so the
   test sees that the result came back.
 - `sluicegate-read:<path>` in the trailing part's text and a read-only tool among the request's
-  tools (Claude Code `Read`, opencode `read`, Codex `exec_command` / `shell`): call it on <path>.
+  tools (Claude Code `Read`, opencode `read`, Codex `exec_command` / `shell`, Gemini CLI
+  `read_file`): call it on <path>.
 - `sluicegate-recall:<word>` in the trailing part's text: answer `recall <word> seen` when <word>
   occurs earlier in the conversation, else `recall <word> missing` (a continued session resends it).
 - Anything else: not scripted; the route answers as it always does.
@@ -62,6 +63,8 @@ def _read_arguments(name: str, path: str) -> JSONObject | None:
         return {"cmd": f"cat {path}"}
     if name == "shell":
         return {"command": ["cat", path]}
+    if name == "read_file":  # Gemini CLI's
+        return {"file_path": path}
     return None
 
 

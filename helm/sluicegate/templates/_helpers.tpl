@@ -198,6 +198,12 @@ plus what templates derive from it: {"models": [ {..., "_slug", "_resourceName",
 {{- if .max_output_tokens }}{{ $_ := set $entry "max_output_tokens" .max_output_tokens }}{{ end -}}
 {{- if .context_window }}{{ $_ := set $entry "context_window" .context_window }}{{ end -}}
 {{- if .default_max_tokens }}{{ $_ := set $entry "default_max_tokens" .default_max_tokens }}{{ end -}}
+{{- if .protocols }}{{ $_ := set $entry "protocols" .protocols }}{{ end -}}
+{{- /* Booleans whose default is false: `false` written or left out reads the same. */ -}}
+{{- if .tokenize }}{{ $_ := set $entry "tokenize" true }}{{ end -}}
+{{- if .native_normalise }}{{ $_ := set $entry "native_normalise" true }}{{ end -}}
+{{- if .hosted_tools }}{{ $_ := set $entry "hosted_tools" .hosted_tools }}{{ end -}}
+{{- if .price }}{{ $_ := set $entry "price" .price }}{{ end -}}
 {{- $entries = append $entries $entry -}}
 {{- end -}}
 {{- $entries = concat $entries .Values.extraModels -}}
@@ -219,6 +225,13 @@ is ended with an error event, so this is what a drain timeout that never cuts a 
 {{- $longest = max (ceil (float64 $total) | int) $longest -}}
 {{- end -}}
 {{- $longest | int -}}
+{{- end -}}
+
+{{/* The path prefixes of the client APIs, the only paths the Ingress and the HTTPRoute publish:
+/v1 (OpenAI chat, completions, embeddings, models; Anthropic Messages; Responses; /v1/key/info)
+and /v1beta (Gemini). Never /admin (the admin API and the console) or /metrics. */}}
+{{- define "sluicegate.clientApiPaths" -}}
+{{- toJson (list "/v1" "/v1beta") -}}
 {{- end -}}
 
 {{/* Deployment, or StatefulSet when the usage spool is on persistent volumes. */}}

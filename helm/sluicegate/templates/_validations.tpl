@@ -142,6 +142,16 @@ what to do, before anything reaches the cluster. Rendered from validations.yaml.
 {{- end -}}
 {{- end -}}
 
+{{- /* Publishing the client APIs */ -}}
+{{- if and $v.gateway.httpRoute.enabled (not $v.gateway.httpRoute.parentRefs) -}}
+{{- $errors = append $errors "gateway.httpRoute.enabled needs gateway.httpRoute.parentRefs: the Gateway the route attaches to, e.g. [{name: public, namespace: gateway-system}]" -}}
+{{- end -}}
+{{- range $i, $m := $v.models -}}
+{{- if and (eq ($m.engine | toString) "reframr") (or $m.tokenize (has "native" (values ($m.protocols | default dict)))) -}}
+{{- $errors = append $errors (printf "models[%d] (%s): engine reframr serves the chat contract only: leave protocols translate and tokenize false (native protocols and tokenize are for vLLM workers)" $i $m.name) -}}
+{{- end -}}
+{{- end -}}
+
 {{- if $errors -}}
 {{- fail (printf "\n\nsluicegate: invalid values:\n  - %s\n" (join "\n  - " $errors)) -}}
 {{- end -}}

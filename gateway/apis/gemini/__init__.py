@@ -1,0 +1,25 @@
+"""Google's Gemini API (generateContent, streamGenerateContent, countTokens, the model listings),
+translated to the worker's chat contract (gateway.apis.gemini.dialect). Google's SDKs and Gemini
+CLI send their key as `x-goog-api-key`; `?key=` is Google's other way, never logged (the access
+log and spans carry the path only)."""
+
+from __future__ import annotations
+
+from gateway.apis.gemini import errors
+from gateway.apis.gemini.dialect import NAME
+from gateway.apis.gemini.openapi import OPENAPI
+from gateway.apis.gemini.routes import model_in_path, routes
+from gateway.apis.spec import ClientApi
+from gateway.edge.unknown_routes import RouteFamily
+from gateway.keys.credentials import Credential
+
+API = ClientApi(
+    name=NAME,
+    operations={NAME: "chat"},
+    credentials=(Credential(header="x-goog-api-key"), Credential(query="key")),
+    routes=routes,
+    openapi=OPENAPI,
+    unknown_routes=RouteFamily(errors.looks_gemini, errors.unknown_route, prefixes=("/v1beta/",)),
+    model_in_path=model_in_path,
+    encoded_paths=(b"/v1beta/models/",),
+)

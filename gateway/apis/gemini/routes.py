@@ -1,0 +1,206 @@
+"""The Gemini routes. The model and the method are in the path, `models/{model}:{method}`:
+
+    POST /v1beta/models/{model}:generateContent          the one pipeline, a whole answer
+    POST /v1beta/models/{model}:streamGenerateContent    the pipeline, streamed: `?alt=sse` as SSE,
+                                                         without it as one JSON array
+    POST /v1beta/models/{model}:countTokens              {"totalTokens"}: the worker's tokenizer
+                                                         (`tokenize: true`), else the estimate
+    GET  /v1beta/models, /v1beta/models/{model}          the key's models only
+    the POST routes under /v1/ too (google-genai 3.x calls /v1/models/...); `GET /v1/models` and
+    `/v1/models/{id}` stay OpenAI's: same method and path
+
+The key comes as `x-goog-api-key` or `?key=` (gateway.apis.gemini: its credentials), through the
+gate every route takes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import Message, Receive, Scope, Send
+
+from gateway.apis.gemini import errors
+from gateway.apis.gemini.dialect import NAME, GeminiDialect
+from gateway.apis.gemini.fields import field_error, load
+from gateway.apis.gemini.request import translate
+from gateway.errors import ErrorCode, GatewayError
+from gateway.http.body import read_body
+from gateway.http.context import CLIENT_CLOSED, RequestContext
+from gateway.proxy.prompt_count import tokenize_body, worker_prompt_tokens
+from gateway.proxy.translation import ignored
+from gateway.proxy.worker_errors import sanitised
+from gateway.routing.router import ModelRoute
+from gateway.state import app_state
+
+GENERATE, STREAM, COUNT = "generateContent", "streamGenerateContent", "countTokens"
+PREFIXES = ("/v1beta/models/", "/v1/models/")
+TOKEN_COUNT_HEADER = "x-sluicegate-token-count"  # noqa: S105 (a header name, not a secret)
+MODELS_API = "models"
+_METHODS = (GENERATE, STREAM, COUNT)
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """`{model}:{method}` -> (model, method); a model name may hold `:` (`qwen3:8b`), the method not."""
+    model, _, method = target.rpartition(":")
+    return model.removeprefix("models/"), method
+
+
+def model_in_path(path: str) -> str | None:
+    """The model a Gemini path names (for the access log, also when the body is refused)."""
+    for prefix in PREFIXES:
+        if path.startswith(prefix) and ":" in path:
+            model, method = split_target(path[len(prefix) :])
+            return model if method in _METHODS and model else None
+    return None
+
+
+def _json_array(send: Send) -> Send:
+    """A stream without `alt=sse` is one JSON array: say so instead of text/event-stream."""
+
+    async def send_as_json(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [
+                (k, b"application/json")
+                if k == b"content-type" and v.startswith(b"text/event-stream")
+                else (k, v)
+                for k, v in message.get("headers", ())
+            ]
+        await send(message)
+
+    return send_as_json
+
+
+class ModelMethod:
+    """`POST .../models/{model}:{method}`. An ASGI class, not a function: Starlette would take a
+    function for a request handler."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ctx = RequestContext.of(scope)
+        model, method = split_target(scope["path_params"]["model"])
+        if method in (GENERATE, STREAM) and model:
+            sse = method == GENERATE or _query(scope, "alt") == "sse"
+            dialect = GeminiDialect.of(model, streaming=method == STREAM, sse=sse)
+            ctx.requested_model = model
+            await app_state(scope)["pipeline"].serve(
+                dialect, scope, receive, send if sse else _json_array(send)
+            )
+            return
+        ctx.api = f"{NAME}.count_tokens" if method == COUNT else NAME
+        send = ignored.announcing(ctx, send)
+        try:
+            if method != COUNT or not model:
+                shown = sanitised(method[:40])
+                raise GatewayError(
+                    ErrorCode.NOT_FOUND,
+                    f"The method '{shown}' is not served here: generateContent, streamGenerateContent "
+                    "and countTokens are.",
+                )
+            response = await _count(Request(scope, receive), ctx, model)
+        except GatewayError as error:
+            ctx.answered_with(error)
+            response = errors.error_response(error)
+        except ClientDisconnect:
+            ctx.status, ctx.outcome = CLIENT_CLOSED, "disconnected"  # left while sending its body
+            return
+        await response(scope, receive, send)
+
+
+async def _count(request: Request, ctx: RequestContext, model: str) -> Response:
+    """Checked like generateContent (the key must be allowed the model)."""
+    state = app_state(request.scope)
+    gate, settings = state["gate"], state["settings"]
+    key = (await gate.caller(request, ctx)).key
+    ctx.requested_model = model
+    body = load(await read_body(request, settings.max_body_bytes, settings.body_timeout_s))
+    inner = body.get("generateContentRequest", body.get("generate_content_request"))
+    if inner is not None and not isinstance(inner, dict):
+        raise field_error("generateContentRequest", "must be an object")
+    parsed = translate(inner if isinstance(inner, dict) else body, model)
+    ctx.ignored = parsed.ignored  # named in x-sluicegate-ignored, as on generateContent
+    route = gate.model(key, model, ctx)
+    counted = await _worker_count(request, route, parsed.chat) if route.model.tokenize else None
+    return Response(
+        orjson.dumps({"totalTokens": parsed.prompt_estimate if counted is None else counted}),
+        media_type="application/json",
+        headers={TOKEN_COUNT_HEADER: "estimate" if counted is None else "worker"},
+    )
+
+
+async def _worker_count(request: Request, route: ModelRoute, chat: dict[str, Any]) -> int | None:
+    """The prompt's tokens by the tokenizer of a usable endpoint, chat template applied; None
+    when no endpoint can say (the estimate stands in, and says so)."""
+    upstream = app_state(request.scope)["upstream"]
+    return await worker_prompt_tokens(upstream, route, lambda pool: tokenize_body(chat, pool.wire_model))
+
+
+def _entry(name: str, route: ModelRoute) -> dict[str, Any]:
+    """A model as Gemini's `Model` resource."""
+    entry: dict[str, Any] = {
+        "name": f"models/{name}",
+        "baseModelId": route.model.name,
+        "version": "sluicegate",
+        "displayName": name,
+        "supportedGenerationMethods": list(_METHODS),
+    }
+    return entry
+
+
+def _json(data: object) -> Response:
+    return Response(orjson.dumps(data), media_type="application/json")
+
+
+async def _listing(request: Request, one: str | None) -> Response:
+    ctx = RequestContext.of(request.scope)
+    ctx.api = MODELS_API
+    try:
+        gate = app_state(request.scope)["gate"]
+        key = (await gate.caller(request, ctx)).key
+        if one is None:
+            models = [
+                _entry(name, route)
+                for route in gate.models(key)
+                for name in (route.model.name, *route.model.aliases)
+            ]
+            return _json({"models": models})
+        name = one.removeprefix("models/")
+        route = gate.visible(key, name)
+        if route is None:
+            # A model the key may not use is a 404 like one that does not exist.
+            raise GatewayError(
+                ErrorCode.MODEL_NOT_FOUND,
+                f"The model '{sanitised(name)}' does not exist or this key may not use it.",
+                param="model",
+            )
+        return _json(_entry(name, route))
+    except GatewayError as error:
+        ctx.answered_with(error)
+        return errors.error_response(error)
+
+
+async def list_models(request: Request) -> Response:
+    return await _listing(request, None)
+
+
+async def get_model(request: Request) -> Response:
+    return await _listing(request, request.path_params["model"])
+
+
+def _query(scope: Scope, name: str) -> str | None:
+    return Request(scope).query_params.get(name)
+
+
+def routes() -> list[BaseRoute]:
+    method = ModelMethod()
+    return [
+        Route("/v1beta/models", list_models, methods=["GET"]),
+        # `:path`: model names may hold a `/` (`meta-llama/Llama-3-8B`)
+        # `{model}:{method}` on POST; one name for the parameter on every method of a path, as
+        # OpenAPI requires (OpenAI's `GET /v1/models/{model}` shares the second).
+        Route("/v1beta/models/{model:path}", method, methods=["POST"]),
+        Route("/v1beta/models/{model:path}", get_model, methods=["GET"]),
+        Route("/v1/models/{model:path}", method, methods=["POST"]),
+    ]

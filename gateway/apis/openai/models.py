@@ -1,0 +1,57 @@
+"""`GET /v1/models` lists the models (and aliases) the caller's key may use; `GET
+/v1/models/{model}` shows one of them. Both pass the one gate (gateway.proxy.gate)."""
+
+from __future__ import annotations
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.http.context import RequestContext
+from gateway.keys.store import KeyRecord
+from gateway.proxy.gate import Gate
+from gateway.proxy.worker_errors import sanitised
+from gateway.state import app_state
+
+# The `api` of the model listings in metrics and the access log: a constant, like a dialect's name.
+MODELS_API = "models"
+
+
+async def _caller(request: Request) -> tuple[KeyRecord, Gate]:
+    ctx = RequestContext.of(request.scope)
+    ctx.api = MODELS_API
+    gate = app_state(request.scope)["gate"]
+    return (await gate.caller(request, ctx)).key, gate
+
+
+def _entry(name: str, model: str) -> dict[str, object]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "sluicegate", "root": model}
+
+
+def _json(data: object) -> Response:
+    return Response(orjson.dumps(data), media_type="application/json")
+
+
+async def list_models(request: Request) -> Response:
+    key, gate = await _caller(request)
+    data: list[dict[str, object]] = []
+    for route in gate.models(key):
+        model = route.model
+        data.extend(_entry(name, model.name) for name in (model.name, *model.aliases))
+    return _json({"object": "list", "data": data})
+
+
+async def retrieve_model(request: Request) -> Response:
+    """One model or alias, as its entry in the listing. A model the key may not use is a 404,
+    like one that does not exist: a key learns nothing about the models of other teams."""
+    key, gate = await _caller(request)
+    name: str = request.path_params["model"]
+    route = gate.visible(key, name)
+    if route is None:
+        raise GatewayError(
+            ErrorCode.MODEL_NOT_FOUND,
+            f"The model '{sanitised(name)}' does not exist or this key may not use it.",
+            param="model",
+        )
+    return _json(_entry(name, route.model.name))

@@ -1,0 +1,60 @@
+"""The one gate of every client route: authenticate -> resolve the model -> may this key use it.
+
+The pipeline, Anthropic's count_tokens, the stored-response routes and the model listings all
+pass through it, so a check added here holds on every route at once, and the answers (401, 404
+`model_not_found`, 403 `model_not_allowed`) read the same everywhere. It notes on the request's
+record (`ctx`) who called and which model, for the access log, metrics and the span.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.http.context import RequestContext
+from gateway.keys.auth import Authenticator, Principal
+from gateway.keys.store import KeyRecord
+from gateway.observability import tracing
+from gateway.proxy.worker_errors import sanitised
+from gateway.routing.router import ModelRoute, Router
+
+
+class Gate:
+    __slots__ = ("_auth", "_router")
+
+    def __init__(self, auth: Authenticator, router: Router) -> None:
+        self._auth = auth
+        self._router = router
+
+    async def caller(self, request: Request, ctx: RequestContext) -> Principal:
+        """Who calls: the key (from any place a client API takes one), and its team's limits."""
+        with tracing.phase(ctx.trace, "authenticate"):
+            principal = await self._auth.authenticate(request.headers, request.query_params)
+        ctx.team, ctx.key_id = principal.key.team, principal.key.id
+        return principal
+
+    def model(self, key: KeyRecord, name: str, ctx: RequestContext) -> ModelRoute:
+        """The model (or alias) `name` names, which this key must be allowed."""
+        route = self._router.resolve(name)
+        if route is None:
+            raise GatewayError(
+                ErrorCode.MODEL_NOT_FOUND, f"The model '{sanitised(name)}' does not exist.", param="model"
+            )
+        ctx.model = route.model.name
+        if not key.may_use(ctx.model):
+            raise GatewayError(
+                ErrorCode.MODEL_NOT_ALLOWED,
+                f"This API key may not use the model '{sanitised(name)}'.",
+                param="model",
+            )
+        return route
+
+    def visible(self, key: KeyRecord, name: str) -> ModelRoute | None:
+        """The model `name` names, if the key may use it; None for one it may not, as for one that
+        does not exist: where a key learns nothing about the models of other teams."""
+        route = self._router.resolve(name)
+        return route if route is not None and key.may_use(route.model.name) else None
+
+    def models(self, key: KeyRecord) -> list[ModelRoute]:
+        """Every model this key may use."""
+        return [route for route in self._router.models() if key.may_use(route.model.name)]

@@ -1,0 +1,50 @@
+"""The app's state, typed: what the lifespan builds (gateway.app) and every request reads.
+
+Starlette copies the lifespan's state into each request's `scope["state"]`; the middleware adds
+the request's own record (`ctx`). Read it through `app_state(scope)`, never by a string on the
+raw dict: a misspelt key is then a type error, not a KeyError at the first request.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypedDict, cast
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from starlette.types import Scope
+
+    from gateway.admin.deps import AdminDeps
+    from gateway.config import Settings
+    from gateway.edge.key_info import KeyInfoDeps
+    from gateway.http.context import RequestContext
+    from gateway.observability.tracing import Tracing
+    from gateway.proxy.gate import Gate
+    from gateway.proxy.pipeline import Pipeline
+    from gateway.proxy.upstream import Upstream
+    from gateway.routing.router import Router
+    from gateway.routing.stored_responses import StoredResponses
+
+
+class AppState(TypedDict):
+    """What the lifespan yields: one of each, for the app's life."""
+
+    settings: Settings
+    pipeline: Pipeline
+    gate: Gate
+    admin: AdminDeps
+    router: Router
+    redis: Redis
+    key_info: KeyInfoDeps
+    stored: StoredResponses
+    upstream: Upstream
+    tracing: Tracing | None  # None unless an OTLP endpoint is set
+
+
+class RequestState(AppState, total=False):
+    """A request's copy: the app's, and the request's own record (set by the middleware)."""
+
+    ctx: RequestContext
+
+
+def app_state(scope: Scope) -> RequestState:
+    return cast("RequestState", scope["state"])

@@ -1,0 +1,140 @@
+"""A pooled worker connection that the worker closed: the next request sent on it finds it gone
+(a worker's keep-alive ends, or it restarted). That is no failure of the endpoint's: the request
+is sent again on a fresh connection, the client gets its answer, and the endpoint stays healthy
+for every team.
+
+The worker is a raw asyncio server that answers the first request on each connection with
+keep-alive, and drops the connection, unanswered, when another request comes on it: every
+request on a reused connection meets a connection the worker has just closed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+
+from gateway.config import ModelConfig, ModelTable
+from gateway.proxy.upstream import KEEPALIVE_S
+from tests.conftest import GatewayFactory
+from tests.http import post
+from tests.routing.conftest import endpoint_view, metric
+from tests.servers import listening_socket
+
+MODEL = "m"
+
+
+class ClosingWorker:
+    def __init__(self, *, drop_all: bool = False) -> None:
+        # drop_all: every POST is read whole and then dropped unanswered, on a connection the
+        # worker never let idle (a worker that dies mid-generation), and nothing is kept alive.
+        self._drop_all = drop_all
+        self.posts = 0
+        self.answered = 0
+        self.dropped = 0
+        self._sock = listening_socket()
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served = 0
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                await reader.readexactly(length)
+                self.posts += head.startswith(b"POST")
+                if (served or self._drop_all) and head.startswith(b"POST"):
+                    self.dropped += 1
+                    writer.transport.abort()  # gone, as a worker whose idle timer fired
+                    return
+                served += 1
+                body = json.dumps(
+                    {
+                        "id": "c1",
+                        "object": "chat.completion",
+                        "model": MODEL,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": "hi"},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+                    }
+                ).encode()
+                if head.startswith(b"POST"):
+                    self.answered += 1
+                keep = b"close" if self._drop_all else b"keep-alive"
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: %s\r\n"
+                    b"content-length: %d\r\n\r\n" % (keep, len(body)) + body
+                )
+                await writer.drain()
+                if self._drop_all:
+                    break
+        writer.close()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[str]:
+        self._thread.start()
+        server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._connection, sock=self._sock), self._loop
+        ).result(10)
+        try:
+            yield self.url
+        finally:
+
+            async def stop() -> None:
+                server.close()
+                await server.wait_closed()
+
+            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+            self._sock.close()
+
+
+def test_a_request_on_a_connection_the_worker_closed_is_sent_again_on_a_fresh_one(
+    make_gateway: GatewayFactory,
+) -> None:
+    worker = ClosingWorker()
+    with worker.running() as url:
+        table = ModelTable((ModelConfig(name=MODEL, endpoints=(url,)),))
+        with make_gateway(table) as gw:
+            key = gw.new_key()["key"]
+            body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+            for _ in range(4):
+                reply = post(f"{gw.url}/v1/chat/completions", body, key=key)
+                assert reply.status == 200, reply.body
+            # A request on a reused connection met it closed (the one after it takes a new one).
+            assert worker.dropped >= 1
+            assert worker.answered == 4
+            assert metric(gw, "sluicegate_upstream_errors_total") == 0
+            assert endpoint_view(gw, MODEL, url)["state"] == "healthy"
+
+
+def test_a_request_dropped_on_a_fresh_connection_is_not_sent_again(make_gateway: GatewayFactory) -> None:
+    """A fresh connection cannot be stale: a worker that read the request on one and then
+    dropped it (died mid-generation) may have generated; sending it again would generate twice."""
+    worker = ClosingWorker(drop_all=True)
+    with worker.running() as url:
+        table = ModelTable((ModelConfig(name=MODEL, endpoints=(url,)),))
+        with make_gateway(table) as gw:
+            key = gw.new_key()["key"]
+            body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+            reply = post(f"{gw.url}/v1/chat/completions", body, key=key)
+            assert reply.status >= 500, reply.body
+            assert worker.posts == 1
+
+
+def test_idle_worker_connections_are_closed_before_a_worker_closes_them() -> None:
+    assert KEEPALIVE_S < 5.0  # uvicorn's default keep-alive, and so vLLM's
