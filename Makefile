@@ -11,9 +11,9 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-# `make demo PORT=8090` picks another port.
+# `make demo PORT=8090` picks another port; `make demo STATE=.demo` keeps its data and token across restarts.
 demo: $(BIN)/.installed
-	$(BIN)/sluicegate demo $(if $(PORT),--port $(PORT))
+	$(BIN)/sluicegate demo $(if $(PORT),--port $(PORT)) $(if $(STATE),--state $(STATE))
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

@@ -29,9 +29,8 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.config import ModelConfig, RoutingConfig
 from gateway.dev.embedded_redis import EmbeddedRedis
-from gateway.model_table import ModelTable
+from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from gateway.observability.metrics import Metrics
 from gateway.routing.load import Load, apply_load
 from gateway.routing.policy import RouteRequest

@@ -38,8 +38,7 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.config import HealthConfig, ModelConfig, ModelTable, RoutingConfig
-from gateway.model_table import PrefixConfig
+from gateway.model_table import HealthConfig, ModelConfig, ModelTable, PrefixConfig, RoutingConfig
 from gateway.observability.metrics import Metrics
 from gateway.proxy.upstream import Upstream, new_session
 from gateway.routing.monitor import Monitor

@@ -8,6 +8,7 @@ sends straight to its engine, so its TTFT lacks the gateway's ~1 ms. Starts both
 (about a minute each) unless SLUICEGATE_VLLM_URLS=url1,url2 names running ones.
 
     .venv/bin/python bench/prefix_vllm_bench.py
+    .venv/bin/python bench/prefix_vllm_bench.py --isolation   # per-team salts vs shared
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.config import ModelConfig, ModelTable, RoutingConfig
+from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from gateway.observability.metrics import Metrics
+from gateway.proxy.cache_salt import derive
 from gateway.proxy.upstream import Upstream, new_session
 from gateway.routing.monitor import Monitor
 from gateway.routing.policy import RouteRequest
@@ -55,16 +57,17 @@ class Loop:
         self._thread.join()
 
 
-def _body(messages: list[dict[str, str]]) -> bytes:
-    return orjson.dumps(
-        {
-            "model": SERVED_NAME,
-            "messages": messages,
-            "max_tokens": MAX_TOKENS,
-            "temperature": 0,
-            "stream": True,
-        }
-    )
+def _body(messages: list[dict[str, str]], cache_salt: str | None = None) -> bytes:
+    body: dict[str, Any] = {
+        "model": SERVED_NAME,
+        "messages": messages,
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        "stream": True,
+    }
+    if cache_salt is not None:
+        body["cache_salt"] = cache_salt  # as the gateway sets it (gateway/proxy/cache_salt.py)
+    return orjson.dumps(body)
 
 
 async def _read(response: aiohttp.ClientResponse, t0: float, ttft: list[float]) -> str:
@@ -85,9 +88,19 @@ async def _read(response: aiohttp.ClientResponse, t0: float, ttft: list[float]) 
     return "".join(parts)
 
 
-def _measure(name: str, urls: list[str], loop: Loop, policy: str | None) -> tuple[float, list[float]]:
+def _measure(
+    name: str,
+    urls: list[str],
+    loop: Loop,
+    policy: str | None,
+    *,
+    text: str | None = None,
+    cache_salt: str | None = None,
+) -> tuple[float, list[float]]:
+    """`text`: the workload's seed (the same seed, the same prompts); `cache_salt`: what every
+    request carries, as the gateway would set it for one team."""
     ttft: list[float] = []
-    salt = f"bench-{name}-{random.randrange(1 << 30)}"
+    salt = text or f"bench-{name}-{random.randrange(1 << 30)}"
 
     async def setup() -> tuple[Router, Monitor, aiohttp.ClientSession, Upstream]:
         routing = RoutingConfig(policy=policy or "least_loaded")
@@ -106,7 +119,7 @@ def _measure(name: str, urls: list[str], loop: Loop, policy: str | None) -> tupl
     oracle = Oracle(urls)
 
     async def send(conversation: str, messages: list[dict[str, str]]) -> str:
-        body = _body(messages)
+        body = _body(messages, cache_salt)
         t0 = asyncio.get_running_loop().time()
         if policy is None:
             async with session.post(
@@ -140,11 +153,32 @@ def _measure(name: str, urls: list[str], loop: Loop, policy: str | None) -> tupl
     return rate, ttft
 
 
+def _isolation(urls: list[str], loop: Loop) -> None:
+    """Two teams send the same workload (the same system prompts and turns), one after the other,
+    through prefix_affinity: with per-team salts (the default) and with none (`shared`). Team B's
+    hit rate above team A's is what it reused of A's blocks: the cross-team hit rate."""
+    secret = b"bench-secret-" + random.randbytes(16).hex().encode()
+    print(f"{'':>10} | team A hit rate | team B hit rate | cross-team (B - A)")
+    for mode in ("team", "shared"):
+        text = f"bench-isolation-{mode}-{random.randrange(1 << 30)}"
+        rates = []
+        for team in ("a", "b"):
+            salt = derive(secret, mode, team_id=f"team_{team}", key_id="", client=None)
+            rates.append(
+                _measure(f"{mode}-{team}", urls, loop, "prefix_affinity", text=text, cache_salt=salt)[0]
+            )
+        a, b = (100 * r for r in rates)
+        print(f"{mode:>10} | {a:13.1f} % | {b:13.1f} % | {b - a:15.1f} %")
+
+
 def main() -> None:
     loop = Loop()
     try:
         with two_vllms() as urls:
             _measure("warm-up", urls, loop, "least_loaded")  # first requests to a fresh engine are slow
+            if "--isolation" in sys.argv:
+                _isolation(urls, loop)
+                return
             results = {
                 "oracle": _measure("oracle", urls, loop, None),
                 "prefix_affinity": _measure("prefix", urls, loop, "prefix_affinity"),

@@ -27,7 +27,7 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.config import ModelConfig, ModelTable, RoutingConfig
+from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from gateway.observability.metrics import Metrics
 from gateway.proxy.upstream import Upstream, new_session
 from gateway.routing.endpoint import Endpoint

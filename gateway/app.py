@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,7 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import Route
 
 from gateway import __version__
 from gateway.admin.audit import AuditLog
@@ -28,27 +30,31 @@ from gateway.admin.deps import AdminDeps
 from gateway.admin.models import admin_model_routes
 from gateway.admin.routes import admin_routes
 from gateway.apis import APIS, ClientApi
-from gateway.config import ModelTable, Settings
+from gateway.config import Settings
 from gateway.console.routes import console_mount
 from gateway.discovery.kubernetes import start_discovery
 from gateway.drain import Drain
-from gateway.edge import openapi, unknown_routes
+from gateway.edge import openapi, planes, unknown_routes
+from gateway.edge.home import home_route
 from gateway.edge.key_info import KeyInfoDeps, key_info
 from gateway.edge.middleware import RequestContextMiddleware
 from gateway.errors import ErrorCode, GatewayError, from_http_status
 from gateway.http.networks import trusted_networks
-from gateway.keys.auth import Authenticator
+from gateway.keys.auth import Authenticator, bearer_token
 from gateway.keys.credentials import secret_headers
 from gateway.keys.store import KeyStore
 from gateway.limits.admission import RateLimiter
 from gateway.limits.peek import LimitReader
 from gateway.metering.meter import Meter
 from gateway.metering.spool import Spool
+from gateway.model_table import ModelTable
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import Tracing
+from gateway.proxy.cache_salt import CacheSalts
 from gateway.proxy.forwarding import Forwarding
 from gateway.proxy.gate import Gate
 from gateway.proxy.pipeline import Pipeline
+from gateway.proxy.request_limits import RequestLimits
 from gateway.proxy.upstream import Upstream, new_session
 from gateway.redis.breaker import RedisBreaker
 from gateway.redis.client import connect_redis
@@ -157,7 +163,6 @@ def create_app(
             timeout_s=settings.redis_timeout_s,
             credentials=credentials,
         )
-        gate = Gate(auth, router)
         limiter = RateLimiter(
             redis,
             metrics,
@@ -167,6 +172,7 @@ def create_app(
             fail_open=settings.redis_fail_open,
             lease_s=settings.concurrency_lease_s,
         )
+        gate = Gate(auth, router, RequestLimits(limiter, meter, metrics))
         pipeline = Pipeline(
             settings=settings,
             gate=gate,
@@ -178,6 +184,7 @@ def create_app(
             metrics=metrics,
             stored=stored,
             drain=drain,
+            salts=CacheSalts(redis, settings.cache_salt_secret, timeout_s=settings.redis_timeout_s),
             hosted_tools=frozenset(tool for api in apis for tool in api.hosted_tools),
         )
         audit = AuditLog(redis, max_entries=settings.audit_max_entries)
@@ -225,7 +232,6 @@ def create_app(
                 router=router,
                 redis=redis,
                 key_info=KeyInfoDeps(
-                    auth,
                     LimitReader(redis, timeout_s=settings.redis_timeout_s),
                     meter,
                     timeout_s=settings.redis_timeout_s,
@@ -256,6 +262,15 @@ def create_app(
                 await asyncio.to_thread(tracing.shutdown)  # flushes: blocking, so off the loop
 
     async def metrics_endpoint(request: Request) -> Response:
+        # Team names and worker URLs are there: with SLUICEGATE_METRICS_TOKEN set, only for the
+        # scraper that sends it (the chart's ServiceMonitor). Digests: constant time, any length.
+        if settings.metrics_token is not None:
+            given = hashlib.sha256((bearer_token(request.headers) or "").encode()).digest()
+            if not hmac.compare_digest(given, hashlib.sha256(settings.metrics_token.encode()).digest()):
+                return GatewayError(
+                    ErrorCode.ADMIN_UNAUTHORIZED,
+                    "/metrics wants `Authorization: Bearer <SLUICEGATE_METRICS_TOKEN>`.",
+                ).response()
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:
@@ -276,19 +291,29 @@ def create_app(
         ready = all(v == "ok" for v in checks.values())
         return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
-    routes: list[BaseRoute] = [
-        # Each client API's routes, in the order of `apis` (gateway.apis.spec: route precedence).
-        *(route for api in apis for route in api.routes()),
-        Route("/v1/key/info", key_info, methods=["GET"]),
-        *admin_routes(),
-        *admin_model_routes(),
-        # The web admin console under /admin/ui/ (gateway/console/): the same store and rules.
-        console_mount(settings),
-        Route("/metrics", metrics_endpoint, methods=["GET"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
-        openapi.route([api.openapi for api in apis]),
-    ]
+    # With an admin port, the client routes answer on the client listener only and the admin ones
+    # on the admin listener only (gateway/edge/planes.py).
+    routes = planes.place(
+        client=[
+            # Each client API's routes, in the order of `apis` (gateway.apis.spec: route precedence).
+            *(route for api in apis for route in api.routes()),
+            Route("/v1/key/info", key_info, methods=["GET"]),
+            openapi.route([api.openapi for api in apis]),
+        ],
+        admin=[
+            *admin_routes(),
+            *admin_model_routes(),
+            # The web admin console under /admin/ui/ (gateway/console/): the same store and rules.
+            console_mount(settings),
+            Route("/metrics", metrics_endpoint, methods=["GET"]),
+        ],
+        both=[
+            home_route(settings.admin_port),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+        ],
+        admin_port=settings.admin_port,
+    )
     app = Starlette(
         routes=routes,
         middleware=[

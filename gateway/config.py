@@ -20,36 +20,9 @@ from gateway.discovery.trust import (
     parse_model_namespaces,
 )
 from gateway.errors import ConfigError
-from gateway.model_table import (
-    MODEL_NAME_RE,
-    HealthConfig,
-    KubernetesTarget,
-    ModelConfig,
-    ModelTable,
-    PoolConfig,
-    RoutingConfig,
-    Timeouts,
-    load_model_table,
-    parse_model_table,
-)
 from gateway.observability.logs import LOG_FORMATS
 from gateway.observability.tracing import TracingConfig
 from gateway.redis.url import validate_redis_url
-
-__all__ = [
-    "MODEL_NAME_RE",
-    "ConfigError",
-    "HealthConfig",
-    "KubernetesTarget",
-    "ModelConfig",
-    "ModelTable",
-    "PoolConfig",
-    "RoutingConfig",
-    "Settings",
-    "Timeouts",
-    "load_model_table",
-    "parse_model_table",
-]
 
 _NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 MIN_ADMIN_TOKEN_LENGTH = 32
@@ -64,6 +37,15 @@ class Settings:
     admin_max_failures: int = 10
     host: str = "0.0.0.0"
     port: int = 8080
+    # SLUICEGATE_ADMIN_PORT: the admin API, console and /metrics answer on this second listener
+    # only, the client APIs on `port` only (gateway/edge/planes.py); None: everything on `port`.
+    admin_port: int | None = None
+    # SLUICEGATE_CACHE_SALT_SECRET: what every team's vLLM cache_salt is derived with, the same on
+    # every replica; None: one minted once into Redis (gateway/proxy/cache_salt.py).
+    cache_salt_secret: str | None = None
+    # SLUICEGATE_METRICS_TOKEN: /metrics then wants `Authorization: Bearer <token>` (it names
+    # teams and worker URLs); None: open, as Prometheus scrapes by default.
+    metrics_token: str | None = None
     max_body_bytes: int = 10 * 1024 * 1024
     key_cache_ttl_s: float = 1.0
     redis_timeout_s: float = 2.0
@@ -151,6 +133,11 @@ class Settings:
         port = number("SLUICEGATE_PORT", defaults.port, int)
         if port > 65535:
             raise ConfigError(f"SLUICEGATE_PORT: not a TCP port: {port}")
+        admin_port = number("SLUICEGATE_ADMIN_PORT", 0, int, zero=True) or None
+        if admin_port is not None and (admin_port > 65535 or admin_port == port):
+            raise ConfigError(
+                f"SLUICEGATE_ADMIN_PORT: must be a TCP port other than SLUICEGATE_PORT, got {admin_port}"
+            )
         admin_token = env.get("SLUICEGATE_ADMIN_TOKEN") or None
         # Short enough to guess is short enough to be guessed; the message never shows the value.
         if admin_token is not None and len(admin_token) < MIN_ADMIN_TOKEN_LENGTH:
@@ -158,13 +145,23 @@ class Settings:
                 f"SLUICEGATE_ADMIN_TOKEN: must be at least {MIN_ADMIN_TOKEN_LENGTH} characters, "
                 f"got {len(admin_token)} (e.g. `openssl rand -hex 24`)"
             )
+
+        def secret(name: str) -> str | None:
+            value = env.get(name) or None
+            if value is not None and len(value) < MIN_ADMIN_TOKEN_LENGTH:  # never shows the value
+                raise ConfigError(f"{name}: must be at least {MIN_ADMIN_TOKEN_LENGTH} characters")
+            return value
+
         return cls(
             redis_url=redis_url,
             config_path=env.get("SLUICEGATE_CONFIG") or None,
             admin_token=admin_token,
+            cache_salt_secret=secret("SLUICEGATE_CACHE_SALT_SECRET"),
+            metrics_token=secret("SLUICEGATE_METRICS_TOKEN"),
             admin_max_failures=number("SLUICEGATE_ADMIN_MAX_FAILURES", defaults.admin_max_failures, int),
             host=env.get("SLUICEGATE_HOST") or defaults.host,
             port=port,
+            admin_port=admin_port,
             max_body_bytes=number("SLUICEGATE_MAX_BODY_BYTES", defaults.max_body_bytes, int),
             key_cache_ttl_s=number("SLUICEGATE_KEY_CACHE_TTL", defaults.key_cache_ttl_s, float),
             redis_timeout_s=number("SLUICEGATE_REDIS_TIMEOUT", defaults.redis_timeout_s, float),

@@ -76,6 +76,34 @@ class ErrorCode(enum.Enum):
     UPSTREAM_TIMEOUT = ("upstream_timeout", 504, "upstream_error")
 
 
+class Failure(enum.StrEnum):
+    """Why a worker attempt or a worker's answer failed: the `reason` label of
+    sluicegate_upstream_errors_total and the `error.type` of the attempt's span. A closed set, so
+    the label stays bounded; a worker's error status is labelled `status_<n>` (`label`)."""
+
+    CONNECT = "connect"  # the worker could not be reached (retried)
+    BAD_RESPONSE = "bad_response"  # a response head that is not HTTP (retried)
+    TIMEOUT = "timeout"  # no head before the deadline, or a stream that stopped sending
+    STATUS = "status"  # the worker answered an error status
+    INVALID_JSON = "invalid_json"  # a whole answer that is not a JSON object
+    INVALID_USAGE = "invalid_usage"  # usage counts that cannot be real
+    WORKER_ERROR_EVENT = "worker_error_event"  # the stream carried the worker's error
+    EVENT_TOO_LARGE = "event_too_large"
+    STREAM_TOO_LARGE = "stream_too_large"  # more than the client's translation holds (StreamTooLarge)
+    STREAM_TOTAL_TIMEOUT = "stream_total_timeout"
+    STREAM_BROKEN = "stream_broken"
+    STREAM_TRUNCATED = "stream_truncated"  # the stream ended before its end
+    SHUTDOWN = "shutdown"  # the drain ran out with the stream open
+    # A whole answer that broke off or timed out while being read.
+    ANSWER_BROKEN = "upstream_error"
+    ANSWER_TIMEOUT = "upstream_timeout"
+
+    def label(self, status: int = 0) -> str:
+        """The metric label: the word, or `status_<n>` for a worker's error status (HTTP
+        statuses: bounded)."""
+        return f"status_{status}" if self is Failure.STATUS else str(self)
+
+
 class ConfigError(ValueError):
     """A bad setting or model table at start: it names the variable or field, never a secret."""
 

@@ -151,6 +151,9 @@ class ModelConfig:
     # What a million prompt and completion tokens cost (gateway/pricing.py): the usage report's
     # cost; None: the model's rows show no cost. Budgets stay in tokens.
     price: Price | None = None
+    # Who shares the engines' prefix cache (gateway/proxy/cache_salt.py): `team` (the default),
+    # `key`, or `shared` (every team: for prompts that are public).
+    cache_isolation: str = "team"
 
     @property
     def wire_model(self) -> str:
@@ -278,6 +281,7 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         "hosted_tools",
         "native_normalise",
         "price",
+        "cache_isolation",
         *_OUTPUT_FIELDS,
     }
     _require_mapping(raw, where, allowed=allowed | _TARGET_FIELDS)
@@ -317,9 +321,11 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         context_window=_token_count(raw.get("context_window"), f"{where}.context_window"),
         default_max_tokens=_token_count(raw.get("default_max_tokens"), f"{where}.default_max_tokens"),
         price=parse_price(raw.get("price"), f"{where}.price"),
+        cache_isolation=_cache_isolation(raw.get("cache_isolation", "team"), f"{where}.cache_isolation"),
     )
 
 
+CACHE_ISOLATIONS = ("team", "key", "shared")
 _OUTPUT_FIELDS = ("max_output_tokens", "context_window", "default_max_tokens")
 # What a request's token fields may hold (gateway.proxy.usage.MAX_TOKENS): a larger setting is a typo.
 _MAX_TOKENS = 2**31 - 1
@@ -332,6 +338,12 @@ def _token_count(value: Any, where: str) -> int | None:
     if count > _MAX_TOKENS:
         raise ConfigError(f"{where}: must be at most {_MAX_TOKENS}")
     return count
+
+
+def _cache_isolation(value: Any, where: str) -> str:
+    if value not in CACHE_ISOLATIONS:
+        raise ConfigError(f"{where}: expected one of {', '.join(CACHE_ISOLATIONS)}")
+    return str(value)
 
 
 def _hosted_tools(value: Any, where: str) -> str:

@@ -22,8 +22,9 @@ import redis
 
 from gateway.app import create_app
 from gateway.cli import AdminClient
-from gateway.config import ModelConfig, ModelTable, Settings, Timeouts
+from gateway.config import Settings
 from gateway.dev.embedded_redis import EmbeddedRedis
+from gateway.model_table import ModelConfig, ModelTable, Timeouts
 from tests.servers import listening_socket, run_uvicorn
 from workers.fake.app import create_app as create_fake_worker
 

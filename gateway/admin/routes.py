@@ -173,14 +173,13 @@ async def update_team(request: Request, deps: AdminDeps) -> Response:
     name = team_name(request.path_params["team"], "team")
     changes, cleared = limit_changes(await _json_body(request), budgets=True)
     changes = _checked_model_limits(changes, deps)
-    limits = await deps.keystore.update_team(name, changes, cleared, journal=_journal(request, deps))
-    deps.auth.forget(f"team:{name}")
+    limits = await deps.keys.update_team(name, changes, cleared, journal=_journal(request, deps))
     return _json({"name": name, "limits": limits.as_dict()})
 
 
 async def delete_team(request: Request, deps: AdminDeps) -> Response:
     name = team_name(request.path_params["team"], "team")
-    revoked = await deps.keystore.delete_team(name, journal=_journal(request, deps), forget=deps.auth.forget)
+    revoked = await deps.keys.delete_team(name, journal=_journal(request, deps))
     return _json({"name": name, "deleted": True, "revoked_keys": revoked})
 
 
@@ -255,9 +254,7 @@ async def list_keys(request: Request, deps: AdminDeps) -> Response:
 
 async def revoke_key(request: Request, deps: AdminDeps) -> Response:
     key_id = request.path_params["key_id"]
-    record, hashes = await deps.keystore.revoke(key_id, journal=_journal(request, deps))
-    for secret_hash in hashes:
-        deps.auth.forget(secret_hash)
+    record = await deps.keys.revoke(key_id, journal=_journal(request, deps))
     return _json(record.public())
 
 

@@ -12,6 +12,13 @@ from typing import Any
 DEFAULT_URL = "http://127.0.0.1:8080"
 
 
+def default_url() -> str:
+    """The gateway on this machine: its admin listener when SLUICEGATE_ADMIN_PORT is set (as in the
+    chart's pods, so `kubectl exec deploy/… -- sluicegate …` needs no SLUICEGATE_URL)."""
+    admin_port = os.environ.get("SLUICEGATE_ADMIN_PORT")
+    return f"http://127.0.0.1:{admin_port}" if admin_port else DEFAULT_URL
+
+
 class CliError(Exception):
     """A failure the user can act on: printed as `error: ...`, exit status 1."""
 
@@ -32,9 +39,9 @@ class AdminClient:
             # Said before any request: a 401 would not tell which of the two is wrong.
             raise CliUsageError(
                 "no admin token: set SLUICEGATE_ADMIN_TOKEN to the token the gateway was started "
-                "with (and SLUICEGATE_URL to its address, default " + DEFAULT_URL + ")"
+                "with (and SLUICEGATE_URL to its address, default " + default_url() + ")"
             )
-        return cls(os.environ.get("SLUICEGATE_URL", DEFAULT_URL), token)
+        return cls(os.environ.get("SLUICEGATE_URL") or default_url(), token)
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None, **query: Any) -> Any:
         params = {k: v for k, v in query.items() if v is not None}

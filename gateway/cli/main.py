@@ -12,7 +12,7 @@ from gateway import __version__
 from gateway.cli import admin_cmds, report_cmds, serving
 from gateway.cli.client import CliError, CliUsageError
 from gateway.cli.flags import add_limit_flags, day, duration
-from gateway.config import ConfigError
+from gateway.errors import ConfigError
 from gateway.metering.usage_report import GROUP_BYS
 
 DESCRIPTION = """serve, demo, check-config, and admin commands over the admin API.
@@ -209,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--host", default="127.0.0.1")
     demo.add_argument("--port", type=int, default=8080)
+    demo.add_argument(
+        "--state",
+        metavar="DIR",
+        help="keep Redis's data, the admin token and the demo key in DIR across restarts",
+    )
     _teams(sub)
     _keys(sub)
     _reports(sub)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 
-from gateway.config import ConfigError, ModelTable, Settings, load_model_table
+from gateway.config import Settings
+from gateway.errors import ConfigError
+from gateway.model_table import ModelTable, load_model_table
+
+log = logging.getLogger("sluicegate.serve")
 
 
 def load_table(settings: Settings, path: str | None = None) -> ModelTable:
@@ -20,7 +25,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from gateway.app import create_app
     from gateway.edge.draining import DrainingServer
-    from gateway.edge.server import uvicorn_config
+    from gateway.edge.server import listen_sockets, uvicorn_config
     from gateway.observability.logs import configure_logging
 
     settings = Settings.from_env()
@@ -33,8 +38,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         shutdown_delay_s=settings.shutdown_delay_s,
         drain_timeout_s=settings.drain_timeout_s,
     )
+    sockets = None
+    if settings.admin_port is not None:
+        try:
+            sockets = listen_sockets(settings)
+        except OSError as exc:
+            log.error("cannot listen on ports %d and %d: %s", settings.port, settings.admin_port, exc)
+            return STARTUP_FAILURE
+        log.info(
+            "listening on %s port %d (client APIs) and port %d (admin API, console, /metrics)",
+            settings.host,
+            settings.port,
+            settings.admin_port,
+        )
     with contextlib.suppress(KeyboardInterrupt):
-        server.run()
+        server.run(sockets=sockets)
     # As uvicorn.run: a gateway that never started (port taken, failed startup) is a failure.
     return 0 if server.started else STARTUP_FAILURE
 
@@ -49,4 +67,4 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from gateway.dev.demo import run_demo
 
-    return run_demo(host=args.host, port=args.port)
+    return run_demo(host=args.host, port=args.port, state=args.state)

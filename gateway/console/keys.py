@@ -197,9 +197,5 @@ class Keys:
         return redirect(f"/teams/{record.team}/keys?flash={flash_id}")
 
     async def revoke(self, request: Request, page: Page) -> Response:
-        record, hashes = await page.deps.keystore.revoke(
-            request.path_params["key_id"], journal=page.journal(request)
-        )
-        for secret_hash in hashes:
-            page.deps.auth.forget(secret_hash)  # this replica at once; others hear the store's publish
+        record = await page.deps.keys.revoke(request.path_params["key_id"], journal=page.journal(request))
         return redirect(f"/teams/{record.team}/keys?status=all&done=revoked")

@@ -91,14 +91,13 @@ class Teams:
         try:
             body, blank = limit_body(form, TEAM_FIELDS)
             changes, cleared = validation.limit_changes({**body, "clear": blank}, budgets=True)
-            await page.deps.keystore.update_team(name, changes, cleared, journal=page.journal(request))
+            await page.deps.keys.update_team(name, changes, cleared, journal=page.journal(request))
         except GatewayError as exc:
             context = await self._team_context(page, name)
             context.update(error=exc.message, form=form.values())
             return self._console.render(
                 request, "team.html", context, session=page.session, status=exc.status
             )
-        page.deps.auth.forget(f"team:{name}")  # this replica at once; others hear the store's publish
         return redirect(f"/teams/{name}?done=updated")
 
     async def delete(self, request: Request, page: Page) -> Response:
@@ -107,7 +106,5 @@ class Teams:
             context = await self._team_context(page, name)
             context["error"] = "Type the team's name to confirm: deleting it revokes all its keys."
             return self._console.render(request, "team.html", context, session=page.session, status=400)
-        await page.deps.keystore.delete_team(
-            name, journal=page.journal(request), forget=page.deps.auth.forget
-        )
+        await page.deps.keys.delete_team(name, journal=page.journal(request))
         return redirect("/teams?done=deleted")

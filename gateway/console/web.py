@@ -33,6 +33,7 @@ from gateway.console.session import CSRF_FIELD, CSRF_HEADER, Session, Sessions
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.networks import trusted_networks
 from gateway.redis import keys as redis_keys
+from gateway.state import app_state
 
 BASE = "/admin/ui"
 HERE = Path(__file__).parent
@@ -166,6 +167,7 @@ class Console:
         env.filters["when"] = _when
         env.filters["number"] = _number
         env.globals["base"] = BASE
+        env.globals["client_base"] = self.client_base
         self.templates = Jinja2Templates(env=env)
         token = settings.admin_token
         self.sessions = (
@@ -177,6 +179,15 @@ class Console:
             if token
             else None
         )
+
+    def client_base(self, request: Request) -> str:
+        """Where this browser reaches the client APIs, for the new-key snippets: the console's own
+        address, or its host on the client port when the admin plane has its own (edge/planes.py).
+        Shown to the signed-in admin only, never used to redirect."""
+        url = request.base_url
+        if self.settings.admin_port is not None:
+            url = url.replace(port=self.settings.port)
+        return str(url).rstrip("/")
 
     def render(
         self,
@@ -202,7 +213,7 @@ class Console:
     async def current(self, request: Request) -> Session | None:
         """The request's session, unless forged, expired or signed out."""
         session = self.sessions.read(request) if self.sessions is not None else None
-        redis: Redis = request.scope["state"]["redis"]
+        redis = app_state(request.scope)["redis"]
         if session is not None and await redis.exists(redis_keys.console_signed_out(session.id)):
             return None
         return session
@@ -213,7 +224,7 @@ class Console:
                 return self.render(request, "disabled.html", status=403)
             session: Session | None = None
             deps = AdminDeps.of(request.scope)
-            redis: Redis = request.scope["state"]["redis"]
+            redis = app_state(request.scope)["redis"]
             redis_bound = 4 * self.settings.redis_timeout_s  # a few Redis round trips together
             try:
                 async with asyncio.timeout(redis_bound):

@@ -1,6 +1,10 @@
 """`sluicegate demo`: a local Redis, a demo worker and the gateway, with a team and key ready.
 
-Everything runs on loopback and stops together on Ctrl-C; nothing is written outside a temp dir.
+Everything runs on loopback and stops together on Ctrl-C, the way `sluicegate serve` stops
+(gateway/edge/draining.py): an open stream ends with its error event and `[DONE]` and is metered,
+then the worker and Redis stop. They run in process groups of their own, so the terminal's Ctrl-C
+reaches the gateway alone and they outlive its drain. Nothing is written outside a temp dir,
+unless `--state DIR` asks to keep Redis's data and the secrets across restarts (demo_state.py).
 """
 
 from __future__ import annotations
@@ -9,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import secrets
 import socket
 import subprocess
 import sys
@@ -18,14 +21,21 @@ import urllib.request
 
 import uvicorn
 
-from gateway.config import ModelConfig, ModelTable, Settings
+from gateway.config import Settings
+from gateway.dev import demo_state
 from gateway.dev.embedded_redis import EmbeddedRedis, RedisNotInstalledError
 from gateway.errors import ConfigError
-from gateway.keys.store import KeyStore, TeamExistsError
+from gateway.keys.store import KeyNotFoundError, KeyStore, TeamExistsError
 from gateway.limits.spec import LimitSet
+from gateway.model_table import NATIVE, ModelConfig, ModelTable, Protocols
 from gateway.redis.url import validate_redis_url
 
 DEMO_MODEL = "demo-model"
+# The same worker, with the Messages and Responses APIs passed through natively (no translation):
+# stored responses, previous_response_id and count_tokens on the worker's /tokenize.
+DEMO_NATIVE_MODEL = "demo-native"
+# Ctrl-C: open requests get this long, then the rest end with their API's error event.
+DEMO_DRAIN_S = 2.0
 DEMO_TEAM = "demo"
 # A limit the examples never reach, there so that every answer shows the x-ratelimit-* headers.
 DEMO_RPM = 600
@@ -64,7 +74,10 @@ def _start_worker(port: int) -> subprocess.Popen[bytes]:
             str(port),
             "--model",
             DEMO_MODEL,
+            "--model",
+            DEMO_NATIVE_MODEL,
         ],
+        process_group=0,  # not the terminal's: Ctrl-C is the gateway's to handle (module docstring)
     )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -77,12 +90,17 @@ def _start_worker(port: int) -> subprocess.Popen[bytes]:
     raise RuntimeError("the demo worker did not become healthy in 20 s")
 
 
-async def _create_demo_key(redis_url: str) -> tuple[str, str]:
+async def _create_demo_key(redis_url: str, kept: demo_state.DemoSecrets) -> tuple[str, str]:
+    """The kept key when Redis still has it working (`--state`), else a new one."""
     from redis.asyncio import Redis
 
     redis = Redis.from_url(redis_url)
     try:
         store = KeyStore(redis)
+        if kept.key_id and kept.key:
+            with contextlib.suppress(KeyNotFoundError):
+                if (await store.key(kept.key_id)).refusal(time.time()) is None:
+                    return kept.key_id, kept.key
         with contextlib.suppress(TeamExistsError):  # a Redis of yours, used by a demo before
             await store.create_team(DEMO_TEAM)
         record, secret = await store.create_key(DEMO_TEAM, name="demo key", limits=LimitSet(rpm=DEMO_RPM))
@@ -98,9 +116,18 @@ def _cli() -> str:
 
 
 def _banner(
-    base: str, redis: str, worker_url: str, key: str, key_id: str, admin: str, *, embedded: bool
+    base: str,
+    redis: str,
+    worker_url: str,
+    key: str,
+    key_id: str,
+    admin: str,
+    *,
+    embedded: bool,
+    state: str | None = None,
 ) -> str:
-    where = "(embedded, in memory only)" if embedded else "(SLUICEGATE_REDIS_URL)"
+    kept = f"embedded, kept in {state}" if state else "embedded, in memory only"
+    where = f"({kept})" if embedded else "(SLUICEGATE_REDIS_URL)"
     cli = _cli()
     return f"""
 Sluicegate demo is running (Ctrl-C stops the gateway, the worker{" and Redis" if embedded else ""}).
@@ -109,6 +136,8 @@ Sluicegate demo is running (Ctrl-C stops the gateway, the worker{" and Redis" if
   console  {base}/admin/ui/   (sign in with the admin token: {admin})
   redis    {redis}   {where}
   worker   {worker_url}   (deterministic demo worker serving "{DEMO_MODEL}", alias "default")
+  models   {DEMO_MODEL} (translated to chat completions), {DEMO_NATIVE_MODEL} (Messages and Responses
+           passed through natively: stored responses, previous_response_id, count_tokens)
   team     {DEMO_TEAM}
   API key  {key}   (id {key_id}; {DEMO_RPM} requests a minute: see the x-ratelimit-* headers)
 
@@ -168,8 +197,9 @@ async def _serve_then_print(server: uvicorn.Server, banner: str) -> None:
     await serving
 
 
-def run_demo(*, host: str, port: int) -> int:
+def run_demo(*, host: str, port: int, state: str | None = None) -> int:
     from gateway.app import create_app
+    from gateway.edge.draining import DrainingServer
     from gateway.edge.server import uvicorn_config
     from gateway.observability.logs import configure_logging
 
@@ -190,7 +220,9 @@ def run_demo(*, host: str, port: int) -> int:
         redis_url = own_redis
     else:
         try:
-            redis = EmbeddedRedis().start()
+            redis = EmbeddedRedis(
+                data_dir=demo_state.redis_dir(state) if state else None, own_process_group=True
+            ).start()
         except RedisNotInstalledError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -200,21 +232,49 @@ def run_demo(*, host: str, port: int) -> int:
         worker_port = EmbeddedRedis().port  # any free loopback port will do
         worker = _start_worker(worker_port)
         worker_url = f"http://127.0.0.1:{worker_port}"
-        admin_token = secrets.token_urlsafe(32)
-        settings = Settings(redis_url=redis_url, admin_token=admin_token, host=host, port=port)
-        table = ModelTable((ModelConfig(name=DEMO_MODEL, aliases=("default",), endpoints=(worker_url,)),))
-        key_id, key = asyncio.run(_create_demo_key(redis_url))
+        kept = demo_state.load(state)
+        admin_token = kept.admin_token
+        settings = Settings(
+            redis_url=redis_url,
+            admin_token=admin_token,
+            host=host,
+            port=port,
+            shutdown_delay_s=0,  # no Service to leave: straight to the drain
+            drain_timeout_s=DEMO_DRAIN_S,
+        )
+        table = ModelTable(
+            (
+                ModelConfig(name=DEMO_MODEL, aliases=("default",), endpoints=(worker_url,)),
+                ModelConfig(
+                    name=DEMO_NATIVE_MODEL,
+                    endpoints=(worker_url,),
+                    protocols=Protocols(messages=NATIVE, responses=NATIVE),
+                    tokenize=True,
+                ),
+            )
+        )
+        key_id, key = asyncio.run(_create_demo_key(redis_url, kept))
+        demo_state.save(state, demo_state.DemoSecrets(admin_token, key_id, key))
         base = f"http://{host}:{port}"
         configure_logging("warning")
         # A newcomer sees each request's access line (status, tokens, the worker that served it)
         # under the banner; the rest of the gateway stays quiet unless something is wrong.
         logging.getLogger("sluicegate.access").setLevel(logging.INFO)
         shown = redis_url if redis is not None else "redis://…"  # yours may hold a password
-        banner = _banner(base, shown, worker_url, key, key_id, admin_token, embedded=redis is not None)
-        server = uvicorn.Server(uvicorn_config(create_app(settings, table), settings, graceful_shutdown_s=5))
-        with contextlib.suppress(KeyboardInterrupt):
-            # uvicorn re-raises the Ctrl-C it caught once it has shut down; that is our way out.
-            asyncio.run(_serve_then_print(server, banner))
+        banner = _banner(
+            base, shown, worker_url, key, key_id, admin_token, embedded=redis is not None, state=state
+        )
+        app = create_app(settings, table)
+        server = DrainingServer(
+            uvicorn_config(app, settings),
+            app.state.drain,
+            shutdown_delay_s=settings.shutdown_delay_s,
+            drain_timeout_s=settings.drain_timeout_s,
+        )
+        # Ctrl-C drains (a second one hurries it) and returns: no KeyboardInterrupt to catch.
+        asyncio.run(_serve_then_print(server, banner))
+    except KeyboardInterrupt:
+        pass  # before the gateway served (the worker starting): nothing open to drain
     finally:
         if worker is not None:
             worker.terminate()

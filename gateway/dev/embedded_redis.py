@@ -38,9 +38,17 @@ class EmbeddedRedis:
     write, like a production Redis with persistence."""
 
     def __init__(
-        self, port: int | None = None, *, startup_timeout_s: float = 10.0, data_dir: str | None = None
+        self,
+        port: int | None = None,
+        *,
+        startup_timeout_s: float = 10.0,
+        data_dir: str | None = None,
+        own_process_group: bool = False,
     ) -> None:
         self.port = port or _free_port()
+        # The demo's: a terminal's Ctrl-C reaches its whole process group, and Redis must outlive
+        # the gateway's drain (which still writes usage), then be stopped by it (gateway/dev/demo.py).
+        self._own_process_group = own_process_group
         self._startup_timeout_s = startup_timeout_s
         self._data_dir = data_dir
         self._process: subprocess.Popen[bytes] | None = None
@@ -86,6 +94,7 @@ class EmbeddedRedis:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            process_group=0 if self._own_process_group else None,
         )
         deadline = time.monotonic() + self._startup_timeout_s
         while not self._answers_ping():

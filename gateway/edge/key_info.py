@@ -19,11 +19,11 @@ from starlette.responses import Response
 from gateway.edge.openapi_schemas import nullable
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.context import RequestContext
-from gateway.keys.auth import Authenticator
 from gateway.limits import admission
 from gateway.limits.peek import LimitReader, Remaining
 from gateway.metering import usage_report
 from gateway.metering.meter import Meter
+from gateway.state import app_state
 
 # The `api` of this endpoint in metrics and the access log: a constant, like a dialect's name.
 KEY_INFO_API = "key_info"
@@ -33,7 +33,6 @@ KEY_INFO_API = "key_info"
 class KeyInfoDeps:
     """Built once in the app's lifespan."""
 
-    auth: Authenticator
     limits: LimitReader
     meter: Meter
     timeout_s: float  # one Redis call's bound: the usage report makes a few
@@ -70,10 +69,10 @@ def _remaining(states: list[Remaining]) -> dict[str, dict[str, object]]:
 async def key_info(request: Request) -> Response:
     ctx = RequestContext.of(request.scope)
     ctx.api = KEY_INFO_API
-    deps: KeyInfoDeps = request.scope["state"]["key_info"]
-    principal = await deps.auth.authenticate(request.headers, request.query_params)
+    state = app_state(request.scope)
+    deps = state["key_info"]
+    principal = await state["gate"].caller(request, ctx)  # no model: nothing else to check
     key, team_limits = principal.key, principal.team_limits
-    ctx.team, ctx.key_id = key.team, key.id
     now = dt.datetime.now(dt.UTC)
     # Every limit a request would meet: no model first (the key's, the team's, the budgets), then
     # what each named model adds.

@@ -56,6 +56,14 @@ def _operations_paths() -> Schema:
         "/metrics": {
             "get": operation("Prometheus metrics", ok_response({"type": "string"}, media="text/plain"), None)
         },
+        "/": {
+            "get": operation(
+                "Where things are: the client API paths, and the console, admin API and metrics "
+                "on the listener that serves them",
+                ok_response({"type": "object"}),
+                None,
+            )
+        },
         "/healthz": {"get": operation("Alive", ok_response({"type": "object"}), None)},
         "/readyz": {
             "get": operation(

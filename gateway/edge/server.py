@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import socket
 from typing import Any, ClassVar
 
 import uvicorn
@@ -256,6 +257,23 @@ def guarded_protocol(settings: Settings) -> type[GuardedHttpToolsProtocol]:
         max_connections = connection_cap(settings)
 
     return Guarded
+
+
+def listen_sockets(settings: Settings) -> list[socket.socket]:
+    """The client listener and, with SLUICEGATE_ADMIN_PORT, the admin one, bound here so that one
+    uvicorn server serves both (one lifespan, one drain: gateway/edge/planes.py). SO_REUSEADDR, as
+    uvicorn binds: a gateway restarted a moment ago is not refused its port by TIME_WAIT."""
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    ports = [settings.port] if settings.admin_port is None else [settings.port, settings.admin_port]
+    sockets: list[socket.socket] = []
+    try:
+        for port in ports:
+            sockets.append(socket.create_server((settings.host, port), family=family, backlog=2048))
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 def uvicorn_config(

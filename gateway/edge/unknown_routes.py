@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
 
+from gateway.edge.planes import routes_here
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.worker_errors import sanitised
 
@@ -61,7 +62,9 @@ def answer(
     shown = sanitised(path[:_SHOWN_PATH_CHARS])
     if status == 404:
         prefixes = (*_FAMILIES, *(prefix for family in families for prefix in family.prefixes))
-        routes = ", ".join(served(request.app.routes, path, prefixes))
+        here = routes_here(request.app.routes, request.scope)
+        # A listener that serves none of the family (the admin port: planes.py) names all it serves.
+        routes = ", ".join(served(here, path, prefixes) or served(here, path, ()))
         message = f"Unknown route: {method} {shown}. This gateway serves: {routes}."
         code = ErrorCode.NOT_FOUND
     else:
@@ -82,7 +85,7 @@ def _allowed(request: Request) -> str:
     path with different methods (OpenAI's GET and Gemini's POST of /v1/models/{model}), and
     Starlette's own `Allow` names only the first route's."""
     methods: set[str] = set()
-    for route in request.app.routes:
+    for route in routes_here(request.app.routes, request.scope):
         if isinstance(route, Route) and route.methods and route.matches(request.scope)[0] is not Match.NONE:
             methods |= route.methods
     return ", ".join(sorted(methods))

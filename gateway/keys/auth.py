@@ -22,8 +22,8 @@ from starlette.datastructures import Headers
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.credentials import BEARER, Credential, described, read_key
-from gateway.keys.store import KeyRecord, KeyStore, hash_secret
-from gateway.limits.spec import NO_LIMITS, LimitSet
+from gateway.keys.store import KeyRecord, KeyStore, TeamInfo, hash_secret
+from gateway.limits.spec import LimitSet
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
 
@@ -32,22 +32,29 @@ log = logging.getLogger("sluicegate.auth")
 
 
 def bearer_token(headers: Headers) -> str | None:
-    value = headers.get("authorization")
-    if not value:
-        return None
+    """The admin token (the admin API, the console's sign-in, /metrics): None for none, another
+    scheme, and two `Authorization` headers with different tokens, which is refused like a wrong
+    one rather than the first believed (as a client key sent twice is, gateway.keys.credentials)."""
+    tokens = {_bearer(value) for value in headers.getlist("authorization")}
+    return tokens.pop() if len(tokens) == 1 else None
+
+
+def _bearer(value: str) -> str | None:
     scheme, _, token = value.partition(" ")
     if scheme.lower() != "bearer":
         return None
-    token = token.strip()
-    return token or None
+    return token.strip() or None
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: the key, and its team's limits (which apply on top of the key's own)."""
+    """Who is calling: the key, its team's limits (which apply on top of the key's own), and the
+    id its team was given when it was made (gateway.keys.store.team_info): what the team's cache
+    salt and stored responses are bound to."""
 
     key: KeyRecord
     team_limits: LimitSet
+    team_id: str
 
 
 class Authenticator:
@@ -67,9 +74,9 @@ class Authenticator:
         self._breaker = breaker
         self._ttl = cache_ttl_s
         self._timeout_s = timeout_s
-        # secret hash -> (key record, or None for no such key; expiry); "team:<name>" -> team limits
-        self._cache: dict[str, tuple[KeyRecord | LimitSet | None, float]] = {}
-        self._loading: dict[str, asyncio.Future[KeyRecord | LimitSet | None]] = {}
+        # secret hash -> (key record, or None for no such key; expiry); "team:<name>" -> the team
+        self._cache: dict[str, tuple[KeyRecord | TeamInfo | None, float]] = {}
+        self._loading: dict[str, asyncio.Future[KeyRecord | TeamInfo | None]] = {}
 
     async def authenticate(self, headers: Headers, query: Mapping[str, str] | None = None) -> Principal:
         token = read_key(self._credentials, headers, query or {})
@@ -83,16 +90,19 @@ class Authenticator:
         refusal = record.refusal(time.time())
         if refusal is not None:
             raise GatewayError(ErrorCode.INVALID_API_KEY, refusal)
-        team_limits = await self._cached(f"team:{record.team}", self._team_limits)
-        assert isinstance(team_limits, LimitSet)
-        return Principal(record, team_limits)
+        team = await self._cached(f"team:{record.team}", self._team_info)
+        if not isinstance(team, TeamInfo):
+            # Deleting a team revokes its keys in the same transaction: a live key without a team
+            # is a record written by hand, and nothing could bind its salt or stored responses.
+            raise GatewayError(ErrorCode.INVALID_API_KEY, f"API key {record.id} has no team.")
+        return Principal(record, team.limits, team.id)
 
-    async def _team_limits(self, entry: str) -> LimitSet:
-        return await self._store.team_limits(entry.removeprefix("team:")) or NO_LIMITS
+    async def _team_info(self, entry: str) -> TeamInfo | None:
+        return await self._store.team_info(entry.removeprefix("team:"))
 
     async def _cached(
-        self, entry: str, load: Callable[[str], Awaitable[KeyRecord | LimitSet | None]]
-    ) -> KeyRecord | LimitSet | None:
+        self, entry: str, load: Callable[[str], Awaitable[KeyRecord | TeamInfo | None]]
+    ) -> KeyRecord | TeamInfo | None:
         now = time.monotonic()
         cached = self._cache.get(entry)
         if cached is not None and (cached[1] > now or (self._breaker.open and cached[0] is not None)):
@@ -120,7 +130,7 @@ class Authenticator:
             ) from None
         return value
 
-    def _loaded(self, done: asyncio.Future[KeyRecord | LimitSet | None]) -> None:
+    def _loaded(self, done: asyncio.Future[KeyRecord | TeamInfo | None]) -> None:
         for entry, pending in list(self._loading.items()):
             if pending is done:
                 del self._loading[entry]
@@ -128,8 +138,8 @@ class Authenticator:
             done.exception()  # every waiter may have given up on it: mark the error as seen
 
     async def _load(
-        self, entry: str, load: Callable[[str], Awaitable[KeyRecord | LimitSet | None]]
-    ) -> KeyRecord | LimitSet | None:
+        self, entry: str, load: Callable[[str], Awaitable[KeyRecord | TeamInfo | None]]
+    ) -> KeyRecord | TeamInfo | None:
         async with asyncio.timeout(self._timeout_s):
             value = await load(entry)
         if len(self._cache) >= _MAX_CACHED:

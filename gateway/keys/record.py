@@ -153,6 +153,15 @@ class KeyRecord:
         return fields
 
 
+@dataclass(frozen=True, slots=True)
+class TeamInfo:
+    """What a request needs of its key's team: its limits, and the id minted when it was made
+    (what its cache salt and stored responses are bound to, never its name)."""
+
+    limits: LimitSet
+    id: str
+
+
 # A team's record (redis_keys.team): the fields the admin API shows, in this order.
 TEAM_FIELDS = ["name", "created_at", "limits"]
 

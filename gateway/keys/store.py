@@ -1,7 +1,10 @@
 """Teams and API keys in Redis. A key's secret is shown once, at creation; only its SHA-256 is kept.
 
 sg:teams                 SET   team names
-sg:team:<team>           HASH  name, created_at, limits (JSON)
+sg:team:<team>           HASH  name, id, created_at, limits (JSON); `id` is minted at creation, so
+                               a team deleted and re-created under its name is another team (its
+                               cache salt, its stored responses); a team made before ids existed
+                               gets one on its first read (`team_info`)
 sg:team:<team>:keys      SET   key ids
 sg:key:<sha256>          HASH  the key record (id, team, name, models, limits (JSON),
                                created_at, revoked_at, expires_at)
@@ -43,6 +46,7 @@ from gateway.keys.record import (
     KeyRecord,
     KeyRevokedError,
     TeamExistsError,
+    TeamInfo,
     TeamNotFoundError,
     team_view,
 )
@@ -61,6 +65,7 @@ __all__ = [
     "KeyRevokedError",
     "KeyStore",
     "TeamExistsError",
+    "TeamInfo",
     "TeamNotFoundError",
     "hash_secret",
 ]
@@ -102,7 +107,13 @@ class KeyStore:
             pipe.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
             pipe.sadd(redis_keys.TEAMS, name)
             pipe.hset(
-                record, mapping={"name": name, "created_at": repr(created_at), "limits": limits.to_json()}
+                record,
+                mapping={
+                    "name": name,
+                    "id": new_team_id(),
+                    "created_at": repr(created_at),
+                    "limits": limits.to_json(),
+                },
             )
             if journal is not None:
                 journal.write(pipe, "team.created", team=name, before={}, after=limits.as_dict())
@@ -114,6 +125,29 @@ class KeyStore:
         """None when the team does not exist."""
         raw = await self._redis.hmget(redis_keys.team(name), ["name", "limits"])
         return LimitSet.from_json(raw[1]) if raw[0] else None
+
+    async def team_info(self, name: str) -> TeamInfo | None:
+        """The team's limits and id; None when the team does not exist. A team made before ids
+        existed gets one here, once: of two replicas minting at once, HSETNX keeps the first."""
+        record = redis_keys.team(name)
+        raw = await self._redis.hmget(record, ["name", "limits", "id"])
+        if not raw[0]:
+            return None
+        if raw[2]:
+            return TeamInfo(LimitSet.from_json(raw[1]), redis_keys.as_text(raw[2]))
+
+        async def mint(pipe: Pipeline) -> None:
+            # WATCHed, so a team deleted meanwhile is not brought back as a bare hash with an id.
+            if not await pipe.exists(record):
+                return
+            pipe.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
+            pipe.hsetnx(record, "id", new_team_id())
+
+        await self._redis.transaction(mint, record)
+        raw = await self._redis.hmget(record, ["name", "limits", "id"])
+        if not raw[0] or not raw[2]:
+            return None
+        return TeamInfo(LimitSet.from_json(raw[1]), redis_keys.as_text(raw[2]))
 
     async def update_team(
         self, name: str, changes: LimitSet, cleared: set[str], *, journal: Journal | None = None
@@ -388,6 +422,11 @@ class KeyStore:
             await pipe.execute()
         _, record = await self._current(key_id)
         return record, hashes
+
+
+def new_team_id() -> str:
+    """Random, not derived from the name: a re-created team of the same name gets another."""
+    return "team_" + secrets.token_hex(16)
 
 
 def _new_secret() -> tuple[str, str]:

@@ -19,7 +19,8 @@ class UsageRecord:
     day: str
     # (limit key, kind, argument) for settle.lua: token refunds, concurrency slots to release.
     settlements: tuple[tuple[str, str, str], ...] = ()
-    # An admission whose reply was lost: give back what it charged, if it did; meter nothing.
+    # An admission whose reply was lost: give back what it charged, if it did; meter nothing. Also
+    # how a call that generates nothing frees its slots (gateway.proxy.request_limits).
     void: bool = False
     # The client API (a dialect's name). "" in a record spooled before usage had it: it is then
     # metered as the old layout wrote it, which reports show with no api.

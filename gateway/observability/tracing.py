@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.errors import ConfigError, GatewayError
+from gateway.errors import ConfigError, Failure, GatewayError
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -71,7 +71,7 @@ class TracedAnswer(Protocol):
     @property
     def first_token_at(self) -> float | None: ...
     @property
-    def error_reason(self) -> str | None: ...
+    def error_reason(self) -> Failure | None: ...
 
 
 _SAMPLERS = frozenset(
@@ -333,7 +333,7 @@ class RequestTrace:
         if outcome.first_token_at is not None:
             span.add_event("first_token", timestamp=_epoch_ns(outcome.first_token_at))
         # A bad answer (broken off, timed out, invalid); a bad status was marked at its head.
-        if outcome.error_reason is not None and not outcome.error_reason.startswith("status_"):
+        if outcome.error_reason is not None and outcome.error_reason is not Failure.STATUS:
             failed(span, outcome.error_reason)
         span.end()
 

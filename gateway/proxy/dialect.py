@@ -64,10 +64,30 @@ class Call(Protocol):
 
     def estimated_prompt_tokens(self) -> int: ...
 
-    def worker_body(self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None) -> bytes:
-        """`max_tokens`: the cap per answer the worker must get, in the API's own field (None:
-        the request generates nothing, as embeddings)."""
+    @property
+    def client_salt(self) -> str | None:
+        """The client's own vLLM `cache_salt`, checked at parse; only ever mixed into the salt
+        the gateway derives (gateway.proxy.cache_salt), never sent as it is."""
         ...
+
+    def worker_body(
+        self,
+        wire_model: str,
+        *,
+        continuous_usage: bool,
+        max_tokens: int | None,
+        cache_salt: str | None = None,
+    ) -> bytes:
+        """`max_tokens`: the cap per answer the worker must get, in the API's own field (None:
+        the request generates nothing, as embeddings). `cache_salt`: the one the worker gets, in
+        place of any the client sent (None: none; embeddings never get one)."""
+        ...
+
+
+class StreamTooLarge(Exception):
+    """Raised by `ClientStream.event` when re-telling the stream would hold more of it than the
+    translation bounds (fragments gathered until the end, more candidates than can be asked): the
+    relay ends the stream with the client's error event, as for an oversized worker event."""
 
 
 class ClientStream(Protocol):
@@ -75,7 +95,8 @@ class ClientStream(Protocol):
 
     def event(self, chunk: dict[str, Any], data: bytes, raw: bytes) -> bytes:
         """The client's bytes for one parsed worker chunk (b"" to drop it). `data` is the
-        event's JSON as the worker sent it, `raw` the whole event (`data: ...` and its blank line)."""
+        event's JSON as the worker sent it, `raw` the whole event (`data: ...` and its blank line).
+        Raises StreamTooLarge past what the translation holds."""
         ...
 
     def done(self) -> bytes:

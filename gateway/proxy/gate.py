@@ -3,10 +3,14 @@
 The pipeline, Anthropic's count_tokens, the stored-response routes and the model listings all
 pass through it, so a check added here holds on every route at once, and the answers (401, 404
 `model_not_found`, 403 `model_not_allowed`) read the same everywhere. It notes on the request's
-record (`ctx`) who called and which model, for the access log, metrics and the span.
+record (`ctx`) who called and which model, for the access log, metrics and the span. A side route
+that calls a worker (a token count, a stored response) holds `worker_call` around the call: the
+key's request limits (gateway.proxy.request_limits).
 """
 
 from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
 
 from starlette.requests import Request
 
@@ -14,17 +18,20 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.http.context import RequestContext
 from gateway.keys.auth import Authenticator, Principal
 from gateway.keys.store import KeyRecord
+from gateway.limits.admission import Admission
 from gateway.observability import tracing
+from gateway.proxy.request_limits import RequestLimits
 from gateway.proxy.worker_errors import sanitised
 from gateway.routing.router import ModelRoute, Router
 
 
 class Gate:
-    __slots__ = ("_auth", "_router")
+    __slots__ = ("_auth", "_limits", "_router")
 
-    def __init__(self, auth: Authenticator, router: Router) -> None:
+    def __init__(self, auth: Authenticator, router: Router, limits: RequestLimits) -> None:
         self._auth = auth
         self._router = router
+        self._limits = limits
 
     async def caller(self, request: Request, ctx: RequestContext) -> Principal:
         """Who calls: the key (from any place a client API takes one), and its team's limits."""
@@ -48,6 +55,13 @@ class Gate:
                 param="model",
             )
         return route
+
+    def worker_call(
+        self, principal: Principal, ctx: RequestContext
+    ) -> AbstractAsyncContextManager[Admission]:
+        """`async with gate.worker_call(principal, ctx):` around a side route's call to a worker of
+        `ctx.model`: admitted by its request limits (a 429 if not), its slot freed however it ends."""
+        return self._limits.held(principal, ctx)
 
     def visible(self, key: KeyRecord, name: str) -> ModelRoute | None:
         """The model `name` names, if the key may use it; None for one it may not, as for one that

@@ -40,7 +40,9 @@ class OutputCaps:
         self._upstream = upstream
         self._default_max_tokens = default_max_tokens
 
-    async def before_admission(self, call: Call, route: ModelRoute) -> OutputCap:
+    async def before_admission(self, call: Call, route: ModelRoute, history: int = 0) -> OutputCap:
+        """`history`: the tokens of the stored conversation the call continues (the worker's own
+        count), which take their part of the window before the call's prompt."""
         model = route.model
         cap = static_cap(
             call.asked_output(),
@@ -49,6 +51,8 @@ class OutputCaps:
             max_output_tokens=model.max_output_tokens,
         )
         window = context_window(route)
+        if window is not None:
+            window -= history
         estimate = call.estimated_prompt_tokens()
         if window is None or not near_window(cap, estimate, window):
             return cap

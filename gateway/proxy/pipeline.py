@@ -7,25 +7,25 @@ Everything before admission can refuse the request with an error and nothing to 
 admission on, a `Settlement` owns the request, and `finish()` in the `finally` below settles it
 exactly once, whatever happens: that is the only place usage is metered, limits are settled and
 the in-flight gauge goes down. What is specific to one client API (its body, its stream, its
-error envelope) comes from the `Dialect`; the worker side is the same for all of them.
+error envelope) comes from the `Dialect`; the worker side is the same for all of them. Two steps
+are told in their own modules, called from here in order: the parse (gateway.proxy.parsing) and
+a whole answer's relay (gateway.proxy.whole_answer; a stream's is gateway.proxy.relay).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.config import ModelConfig, Settings
+from gateway.config import Settings
 from gateway.drain import Drain
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import ErrorCode, Failure, GatewayError
 from gateway.http.body import read_body
 from gateway.http.context import CLIENT_CLOSED, RequestContext
 from gateway.keys.auth import Principal
@@ -34,28 +34,27 @@ from gateway.limits.admission import Admission, RateLimiter
 from gateway.limits.output import OutputCap
 from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
-from gateway.proxy.dialect import Call, CallT, Dialect
+from gateway.proxy import parsing, whole_answer
+from gateway.proxy.cache_salt import CacheSalts, SaltScope
+from gateway.proxy.dialect import Call, Dialect
 from gateway.proxy.disconnect import ClientWatch, client_abort
 from gateway.proxy.forwarding import Forwarding
 from gateway.proxy.gate import Gate
 from gateway.proxy.output_caps import OutputCaps
-from gateway.proxy.relay import STREAM_HEADERS, StreamRelay, read_whole
+from gateway.proxy.relay import STREAM_HEADERS, StreamRelay
+from gateway.proxy.remembering import Remembering
 from gateway.proxy.settlement import Settlement, Submitter
 from gateway.proxy.translation import ignored, model_rules
 from gateway.proxy.upstream import Upstream, UpstreamResponse
-from gateway.proxy.usage import InvalidUsage
-from gateway.proxy.worker_errors import worker_failure
 from gateway.proxy.worker_protocols import CHAT
 from gateway.routing import share
 from gateway.routing.policy import RouteRequest
 from gateway.routing.pool import Pool
 from gateway.routing.prefix import body_blocks
 from gateway.routing.router import ModelRoute, Router
-from gateway.routing.session import session_of
 from gateway.routing.share import ShareTicket
 from gateway.routing.stored_responses import Holder, StoredResponses
 
-_MAX_ANSWER_BYTES = 64 * 1024 * 1024
 # Names the model that answered: the one asked for, or the fallback that stood in for it.
 MODEL_HEADER = "x-sluicegate-model"
 
@@ -70,6 +69,10 @@ class Admitted:
     admission: Admission
     holder: Holder | None  # where what the call continues is kept
     cap: OutputCap  # what the worker may generate per answer: what admission granted
+    salt: SaltScope  # the worker's cache_salt, per pool (gateway.proxy.cache_salt)
+    # The prompt's estimate with the history of the conversation it continues: what the worker
+    # prefills, so what is reserved, and billed when the worker reports no usage.
+    prompt_estimate: int
 
 
 class Pipeline:
@@ -86,6 +89,7 @@ class Pipeline:
         forwarding: Forwarding,
         stored: StoredResponses,
         drain: Drain,
+        salts: CacheSalts,
         hosted_tools: frozenset[str] = frozenset(),
     ) -> None:
         """`hosted_tools`: the hosted tool types the client APIs declare beyond the known ones
@@ -94,6 +98,7 @@ class Pipeline:
         self._hosted_tools = hosted_tools
         self._drain = drain
         self._stored = stored
+        self._salts = salts
         self._forwarding = forwarding
         self._gate = gate
         self._limiter = limiter
@@ -133,7 +138,7 @@ class Pipeline:
         settlement = Settlement(
             ctx,
             admitted.admission,
-            admitted.call.estimated_prompt_tokens(),
+            admitted.prompt_estimate,
             self._metrics,
             self._meter,
             share=self._share_ticket(admitted, scope),
@@ -157,16 +162,19 @@ class Pipeline:
         principal = await self._gate.caller(request, ctx)
         key = principal.key
         body = await read_body(request, self._settings.max_body_bytes, self._settings.body_timeout_s)
-        call = _parse(dialect, body, self._router.native_models(dialect.name), ctx, request)
+        call = parsing.parse(dialect, body, self._router.native_models(dialect.name), ctx, request)
         requested = self._gate.model(key, call.model, ctx)
         call = model_rules.apply(call, requested.model)  # native_normalise, hosted_tools
         ignored.record(ctx, dialect.name, call.ignored, self._metrics, self._hosted_tools)
-        holder = await self._holder(call.continues, key.team, ctx.model)
+        holder = await self._holder(call.continues, principal.team_id, ctx.model)
+        salt = await self._salts.scope(principal.team_id, key.id, call.client_salt)
         planned = limits.plan(
             key.team, principal.team_limits, key.id, key.limits, ctx.model, dt.datetime.now(dt.UTC)
         )
-        cap = await self._caps.before_admission(call, requested)
-        reservation = cap.reservation(call.estimated_prompt_tokens())
+        history = 0 if holder is None else holder.tokens
+        prompt = call.estimated_prompt_tokens() + history
+        cap = await self._caps.before_admission(call, requested, history)
+        reservation = cap.reservation(prompt)
         with tracing.phase(ctx.trace, "admit"):
             admission = await self._limiter.admit(
                 key.team, planned, ctx.request_id, reservation, least=cap.least, step=cap.answers or 1
@@ -177,7 +185,7 @@ class Pipeline:
                 error = admission.error()
                 error.headers.update(dialect.limit_headers(admission))
                 raise error
-        return Admitted(call, principal, requested, admission, holder, cap.admitted(admission))
+        return Admitted(call, principal, requested, admission, holder, cap.admitted(admission), salt, prompt)
 
     def _share_ticket(self, admitted: Admitted, scope: Scope) -> ShareTicket:
         """The request's weight in a saturated pool's token fair share, from what it reserved."""
@@ -192,13 +200,14 @@ class Pipeline:
             estimate.completion_tokens,
         )
 
-    async def _holder(self, response_id: str | None, team: str, model: str) -> Holder | None:
-        """The endpoint holding the response a request continues. Another team's response is a
-        404 like one that never existed: a key learns nothing about other teams' ids."""
+    async def _holder(self, response_id: str | None, team_id: str, model: str) -> Holder | None:
+        """The endpoint holding the response a request continues. Another team's response (a
+        deleted team's too, whose name a new team took) is a 404 like one that never existed: a
+        key learns nothing about other teams' ids."""
         if response_id is None:
             return None
         holder = await self._stored.find(response_id)
-        if holder is None or holder.team != team:
+        if holder is None or holder.team != team_id:
             raise GatewayError(
                 ErrorCode.NOT_FOUND,
                 f"No stored response with id '{response_id}'.",
@@ -243,7 +252,7 @@ class Pipeline:
         loop = asyncio.get_running_loop()
         head_deadline = loop.time() + (model.timeouts.first_token if call.stream else model.timeouts.total)
         plan = self._plan(admitted, dialect.name)
-        blocks, block_bytes = _prompt_blocks(call, plan, admitted.cap.per_answer)
+        blocks, block_bytes = _prompt_blocks(call, plan, admitted.cap.per_answer, admitted.salt)
         route = RouteRequest(
             model=model.name,
             user=call.user,
@@ -266,6 +275,7 @@ class Pipeline:
                     pool.wire_model,
                     continuous_usage=pool.model.continuous_usage,
                     max_tokens=admitted.cap.per_answer,
+                    cache_salt=admitted.salt.for_model(pool.model.cache_isolation),
                 ),
                 self._forwarding.worker_headers(scope, ctx),
                 route,
@@ -281,7 +291,11 @@ class Pipeline:
             streaming = (
                 call.stream and response.status == 200 and response.content_type == "text/event-stream"
             )
-            body = b"" if streaming else await self._read(upstream, model, head_deadline, stream=call.stream)
+            body = (
+                b""
+                if streaming
+                else await whole_answer.read(upstream, model, head_deadline, stream=call.stream)
+            )
         except asyncio.CancelledError:
             if not watch.caught():
                 raise  # someone else's cancellation (shutdown): not ours to swallow
@@ -290,7 +304,8 @@ class Pipeline:
             return
         except GatewayError as error:
             if outcome.reached_worker:  # the answer broke off or timed out while being read
-                outcome.error_reason = error.code.wire_code
+                timed_out = error.code is ErrorCode.UPSTREAM_TIMEOUT
+                outcome.error_reason = Failure.ANSWER_TIMEOUT if timed_out else Failure.ANSWER_BROKEN
             raise
         finally:
             await watch.close()
@@ -301,7 +316,10 @@ class Pipeline:
             **admitted.cap.headers(),
             MODEL_HEADER: pool.model.name,
         }
-        remember = None if call.protocol is CHAT else self._remembering(ctx.team, upstream, answer_name)
+        team_id = admitted.principal.team_id
+        remember = (
+            None if call.protocol is CHAT else self._remembering(team_id, upstream, settlement, answer_name)
+        )
         if streaming:
             relay = StreamRelay(
                 upstream,
@@ -320,108 +338,51 @@ class Pipeline:
                 drain=self._drain,
             )
             await relay.run(receive, send)
+            if remember is not None:
+                await remember.resize()  # the worker's final count, once the client has the end
             return
-        if response.status != 200:
-            outcome.error_reason = f"status_{response.status}"
-            raise worker_failure(
-                model.name, response.status, body, response.headers, pool=pool.name, endpoint=ctx.endpoint
-            )
-        try:
-            answer: Any = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            answer = None
-        if not isinstance(answer, dict):
-            outcome.error_reason = "invalid_json"
-            raise GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker answered with invalid JSON.")
-        try:
-            outcome.finish_reason = _finish_reason(answer)
-            outcome.usage = call.protocol.usage(answer)
-        except InvalidUsage:
-            outcome.invalid_usage = True
-            outcome.estimated_completion = dialect.estimated_completion_tokens(answer)
-        stored_id = call.protocol.stored_id(answer)
-        if stored_id is not None and remember is not None:
-            await remember(stored_id)
-        content = dialect.whole(call, answer, body, answer_name)
-        try:
-            # uvicorn's send waits while the client's socket buffer is full: a client that stops
-            # reading must not hold its request (and its limits) open forever.
-            async with asyncio.timeout(model.timeouts.idle):
-                await Response(content, headers=headers, media_type="application/json")(scope, receive, send)
-        except TimeoutError:
-            outcome.disconnected = True
-            ctx.status = CLIENT_CLOSED
-            abort = client_abort(scope)
-            if abort is not None:
-                abort()
+        await whole_answer.answer(
+            dialect,
+            call,
+            upstream,
+            body,
+            settlement,
+            requested=model,
+            answer_name=answer_name,
+            headers=headers,
+            remember=remember,
+            scope=scope,
+            receive=receive,
+            send=send,
+        )
 
     def _remembering(
-        self, team: str, upstream: UpstreamResponse, answer_name: str
-    ) -> Callable[[str], Awaitable[None]]:
-        """Writes down where a response the worker stored is held, before the client learns its id."""
+        self, team_id: str, upstream: UpstreamResponse, settlement: Settlement, answer_name: str
+    ) -> Remembering:
+        """Writes down where a response the worker stored is held, and for which team (its id:
+        a team re-created under the name is not its owner), before the client learns its id."""
         pool = upstream.pool
-        holder = Holder(team, pool.model.name, answer_name, pool.name, upstream.endpoint.url)
-
-        async def remember(response_id: str) -> None:
-            await self._stored.remember(response_id, holder)
-
-        return remember
-
-    async def _read(
-        self, upstream: UpstreamResponse, model: ModelConfig, head_deadline: float, *, stream: bool
-    ) -> bytes:
-        """A whole answer (or a stream request's error answer, within the idle timeout)."""
-        deadline = asyncio.get_running_loop().time() + model.timeouts.idle if stream else head_deadline
-        done = False
-        try:
-            body = await read_whole(upstream, deadline=deadline, max_bytes=_MAX_ANSWER_BYTES)
-            done = True
-            return body
-        finally:
-            # Read whole, the connection goes back to the pool; cut short, it is dropped, which
-            # is what makes an engine stop generating.
-            if done:
-                upstream.release()
-            else:
-                upstream.close()
+        holder = Holder(team_id, pool.model.name, answer_name, pool.name, upstream.endpoint.url)
+        return Remembering(self._stored, holder, settlement)
 
 
-def _prompt_blocks(call: Call, plan: Sequence[Pool], cap: int | None) -> tuple[tuple[bytes, ...], int]:
+def _prompt_blocks(
+    call: Call, plan: Sequence[Pool], cap: int | None, salt: SaltScope
+) -> tuple[tuple[bytes, ...], int]:
     """The prompt's block hashes and their size, once per request, when a pool it may go to is
     routed by prefix (the first such: a fallback model's pools too, and those of another block
-    size ignore them): from the body the worker gets, so hashed as the worker will see it."""
+    size ignore them): from the body the worker gets, its cache_salt included, so hashed as the
+    worker will see it and never predicting a hit across salts the engine will not give."""
     for pool in plan:
         if pool.prefix is not None:
-            body = call.worker_body(pool.wire_model, continuous_usage=False, max_tokens=cap)
-            return body_blocks(body, pool.prefix.block_bytes), pool.prefix.block_bytes
+            body = call.worker_body(
+                pool.wire_model,
+                continuous_usage=False,
+                max_tokens=cap,
+                cache_salt=salt.for_model(pool.model.cache_isolation),
+            )
+            return body_blocks(body, pool.prefix.block_bytes, call.protocol.prompt), pool.prefix.block_bytes
     return (), 0
-
-
-def _parse(
-    dialect: Dialect[CallT], body: bytes, native: Collection[str], ctx: RequestContext, request: Request
-) -> CallT:
-    """The dialect's parse, noting on `ctx` the model the body names (for the access log, also
-    when the body is refused) and the session the request belongs to (for routing)."""
-    try:
-        call = dialect.parse(body, native)
-    except GatewayError:
-        ctx.requested_model = _model_named(body)
-        raise
-    ctx.requested_model = call.model
-    found = session_of(request.scope["headers"], body, call.user)
-    if found is not None:
-        ctx.session_id, ctx.session_source = found.value, found.source
-    return call
-
-
-def _model_named(body: bytes) -> str:
-    """A refused body's `model`, when it has one (only on that path: a second parse)."""
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return ""
-    model = parsed.get("model") if isinstance(parsed, dict) else None
-    return model if isinstance(model, str) else ""
 
 
 def _header(scope: Scope, name: str) -> str | None:
@@ -430,12 +391,3 @@ def _header(scope: Scope, name: str) -> str | None:
         if key == wanted:
             return str(value.decode("latin-1"))
     return None
-
-
-def _finish_reason(answer: dict[str, Any]) -> str | None:
-    """A whole answer's finish reason (a stream's is read in passing): the first choice's in the
-    chat contract, `stop_reason` in a native Messages answer."""
-    choices = answer.get("choices")
-    first = choices[0] if isinstance(choices, list) and choices else None
-    reason = first.get("finish_reason") if isinstance(first, dict) else answer.get("stop_reason")
-    return reason if isinstance(reason, str) else None

@@ -27,8 +27,8 @@ from starlette.types import Message, Receive, Send
 
 from gateway.config import Settings
 from gateway.drain import Drain
-from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.dialect import ClientStream
+from gateway.errors import ErrorCode, Failure, GatewayError
+from gateway.proxy.dialect import ClientStream, StreamTooLarge
 from gateway.proxy.disconnect import ClientWatch
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.sse import SSEEvent, SSEParser
@@ -116,7 +116,7 @@ class StreamRelay:
         """The drain ran out with this stream open: the client gets its API's error event (and the
         end), and the request is settled with what was relayed."""
         assert self._drain is not None
-        self.outcome.error_reason = "shutdown"
+        self.outcome.error_reason = Failure.SHUTDOWN
         watch.delivered()  # a client that hangs up now has not left early
         failure = self._client.failure(self._drain.error())
         # The server gives the cut requests a few seconds (gateway.edge.draining) before metering
@@ -205,14 +205,14 @@ class StreamRelay:
                         if timer.when() != waiting_until:
                             timer.reschedule(waiting_until)
                     if parser.too_large and not batch.done:
-                        outcome.error_reason = "event_too_large"
+                        outcome.error_reason = Failure.EVENT_TOO_LARGE
                         failure = GatewayError(
                             ErrorCode.UPSTREAM_ERROR, "The worker sent an oversized event."
                         )
                         break
         except TimeoutError:
             if loop.time() >= stream_deadline:
-                outcome.error_reason = "stream_total_timeout"
+                outcome.error_reason = Failure.STREAM_TOTAL_TIMEOUT
                 failure = GatewayError(
                     ErrorCode.UPSTREAM_TIMEOUT, "The stream ran past the model's time limit for a stream."
                 )
@@ -220,23 +220,24 @@ class StreamRelay:
                 raise ClientStalled from None
             else:
                 waited = "first token" if outcome.first_token_at is None else "next token"
-                outcome.error_reason = "timeout"
+                outcome.error_reason = Failure.TIMEOUT
                 failure = GatewayError(
                     ErrorCode.UPSTREAM_TIMEOUT,
                     f"The worker stopped sending: timed out waiting for the {waited}.",
                 )
         except (aiohttp.ClientError, ValueError):
             # ValueError: aiohttp's chunked-encoding parser on bytes that are not HTTP.
-            outcome.error_reason = "stream_broken"
+            outcome.error_reason = Failure.STREAM_BROKEN
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream broke off.")
         if batch.done and failure is None:
             await self._write(send, {"type": "http.response.body", "body": b"", "more_body": False})
             return
         # A stream that timed out or ended before its first output counts against the endpoint; one
         # that failed later had already been judged by its first output.
-        self._upstream.failed(failure, provoked=outcome.error_reason == "event_too_large")
+        provoked = outcome.error_reason in (Failure.EVENT_TOO_LARGE, Failure.STREAM_TOO_LARGE)
+        self._upstream.failed(failure, provoked=provoked)
         if failure is None:
-            outcome.error_reason = "stream_truncated"
+            outcome.error_reason = Failure.STREAM_TRUNCATED
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream ended early.")
         watch.delivered()
         await self._write(
@@ -285,7 +286,15 @@ class StreamRelay:
             reader.read(chunk, outcome, batch)
             if batch.failure is not None:
                 break  # re-told in the client's envelope by the caller
-            out.append(client.event(chunk, data, event.raw))
+            try:
+                out.append(client.event(chunk, data, event.raw))
+            except StreamTooLarge:
+                outcome.error_reason = Failure.STREAM_TOO_LARGE
+                batch.failure = GatewayError(
+                    ErrorCode.UPSTREAM_ERROR, "The worker's stream holds more than the gateway relays."
+                )
+                batch.done = batch.output = True
+                break
             if batch.done:
                 out.append(client.done())
                 break

@@ -14,6 +14,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gateway.errors import Failure
 from gateway.http.context import RequestContext
 from gateway.limits.admission import Admission
 from gateway.metering.record import UsageRecord
@@ -49,11 +50,16 @@ class Outcome:
     first_token_at: float | None = None  # perf_counter
     last_token_at: float | None = None
     finish_reason: str | None = None
-    # (model, reason) of each worker attempt that failed before an answer: retried, or the end
+    # (model, Failure label) of each worker attempt that failed before an answer: retried, or the end
     attempt_failures: list[tuple[str, str]] = field(default_factory=list)
-    error_reason: str | None = None  # why the worker's answer was bad: a metric label
+    error_reason: Failure | None = None  # why the worker's answer was bad
+    error_status: int = 0  # the worker's status, with Failure.STATUS
     failed: bool = False  # the client got an error (the gateway's, or a worker's refusal)
     disconnected: bool = False
+
+    def error_label(self) -> str:
+        """`error_reason` as the metric labels it."""
+        return "" if self.error_reason is None else Failure.label(self.error_reason, self.error_status)
 
 
 @dataclass(slots=True)
@@ -106,9 +112,9 @@ class Settlement:
         for model, reason in out.attempt_failures:
             metrics.child(metrics.upstream_errors, model, reason).inc()
         if out.invalid_usage:
-            metrics.child(metrics.upstream_errors, ctx.model, "invalid_usage").inc()
+            metrics.child(metrics.upstream_errors, ctx.model, Failure.INVALID_USAGE).inc()
         if out.error_reason is not None:
-            metrics.child(metrics.upstream_errors, ctx.model, out.error_reason).inc()
+            metrics.child(metrics.upstream_errors, ctx.model, out.error_label()).inc()
         if out.first_token_at is not None:
             metrics.child(metrics.time_to_first_token, ctx.model).observe(out.first_token_at - ctx.started)
             if out.last_token_at is not None and completion > 1:
@@ -144,8 +150,8 @@ class Settlement:
             return
         # After the usage record: its write to Redis (which frees the request's limits) goes
         # first; the fair-share correction is batched behind it.
-        timed_out = out.error_reason == "upstream_timeout" or any(
-            reason == "timeout" for _, reason in out.attempt_failures
+        timed_out = out.error_reason == Failure.ANSWER_TIMEOUT or any(
+            reason == Failure.TIMEOUT for _, reason in out.attempt_failures
         )
         if out.failed and timed_out and not (prompt or completion):
             self.share.keep()  # it held the engine to the deadline: billed nothing, not free

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import ErrorCode, Failure, GatewayError
 from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
 from gateway.routing.endpoint import Endpoint
@@ -317,7 +317,7 @@ class Upstream:
                     verdict = request_failed if response.status >= 500 else ENDPOINT_FAILED
                     final = last and attempt + 1 == _ATTEMPTS_PER_POOL
                     if response.status in _RETRYABLE_STATUS and not final:
-                        failures.append((model.name, f"status_{response.status}"))
+                        failures.append((model.name, Failure.STATUS.label(response.status)))
                         last_failure = f"a worker answered {response.status}"
                         log.warning(
                             "upstream failed model=%s endpoint=%s reason=status_%d",
@@ -344,7 +344,7 @@ class Upstream:
                 # not unreachable, and that is a 502 once every attempt has failed so.
                 verdict = ENDPOINT_FAILED
                 unreachable = isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientOSError)
-                reason = "connect" if unreachable else "bad_response"
+                reason = Failure.CONNECT if unreachable else Failure.BAD_RESPONSE
                 bad_answers += 0 if unreachable else 1
                 failures.append((model.name, reason))
                 if span is not None:
@@ -362,9 +362,9 @@ class Upstream:
                 # The head deadline is the request's own (first_token, or total for a long
                 # generation): one team's slow requests are not the endpoint's fault alone.
                 verdict = request_failed
-                failures.append((model.name, "timeout"))
+                failures.append((model.name, Failure.TIMEOUT))
                 if span is not None:
-                    tracing.failed(span, "timeout")
+                    tracing.failed(span, Failure.TIMEOUT)
                 raise GatewayError(
                     ErrorCode.UPSTREAM_TIMEOUT,
                     f"The worker for model '{model.name}' did not answer in time.",

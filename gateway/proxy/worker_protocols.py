@@ -14,10 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import ErrorCode, Failure, GatewayError
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.usage import InvalidUsage, Usage, parse_usage
 from gateway.proxy.worker_errors import failed_workers_words, sanitised
+from gateway.routing.prefix import PromptFields
 
 
 @dataclass(slots=True)
@@ -37,6 +38,11 @@ class StreamReader(Protocol):
 
 
 class WorkerProtocol(Protocol):
+    @property
+    def prompt(self) -> PromptFields:
+        """The request body's fields the engine renders into the prompt (prefix routing hashes them)."""
+        ...
+
     def reader(self) -> StreamReader: ...
 
     def usage(self, answer: dict[str, Any]) -> Usage:
@@ -45,6 +51,10 @@ class WorkerProtocol(Protocol):
 
     def stored_id(self, answer: dict[str, Any]) -> str | None:
         """The id of a response the worker keeps, for later calls that must reach it."""
+        ...
+
+    def finish_reason(self, answer: dict[str, Any]) -> str | None:
+        """A whole answer's finish reason (a stream's is read in passing)."""
         ...
 
 
@@ -120,7 +130,7 @@ class ChatReader:
 
     def read(self, chunk: dict[str, Any], outcome: Outcome, batch: Batch) -> None:
         if "error" in chunk:
-            outcome.error_reason = "worker_error_event"
+            outcome.error_reason = Failure.WORKER_ERROR_EVENT
             batch.failure = failure_event(chunk["error"])
             batch.done = batch.output = True
             return
@@ -141,6 +151,8 @@ _CHAT_READER = ChatReader()
 
 
 class ChatContract:
+    prompt = PromptFields(("tools",), ("messages", "prompt"))  # chat, and completions' prompt
+
     def reader(self) -> StreamReader:
         return _CHAT_READER  # stateless
 
@@ -149,6 +161,16 @@ class ChatContract:
 
     def stored_id(self, answer: dict[str, Any]) -> str | None:
         return None
+
+    def finish_reason(self, answer: dict[str, Any]) -> str | None:
+        """The first choice's."""
+        choices = answer.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        return _word(first.get("finish_reason")) if isinstance(first, dict) else None
+
+
+def _word(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 # -- Anthropic Messages, served natively ---------------------------------------------------------
@@ -219,12 +241,14 @@ class MessagesReader:
         elif kind == "message_stop":
             batch.done = batch.output = True
         elif kind == "error":
-            outcome.error_reason = "worker_error_event"
+            outcome.error_reason = Failure.WORKER_ERROR_EVENT
             batch.failure = failure_event(chunk.get("error"))
             batch.done = batch.output = True
 
 
 class NativeMessages:
+    prompt = PromptFields(("tools", "system"), ("messages",))
+
     def reader(self) -> StreamReader:
         return MessagesReader()
 
@@ -233,6 +257,9 @@ class NativeMessages:
 
     def stored_id(self, answer: dict[str, Any]) -> str | None:
         return None
+
+    def finish_reason(self, answer: dict[str, Any]) -> str | None:
+        return _word(answer.get("stop_reason"))
 
 
 # -- OpenAI Responses, served natively -----------------------------------------------------------
@@ -289,7 +316,7 @@ class ResponsesReader:
             else:
                 outcome.usage = batch.usage = at_least_relayed(usage, outcome)
         elif kind in ("response.failed", "error"):
-            outcome.error_reason = "worker_error_event"
+            outcome.error_reason = Failure.WORKER_ERROR_EVENT
             error = response.get("error") if isinstance(response, dict) else chunk
             batch.failure = failure_event(error)
             batch.done = batch.output = True
@@ -304,6 +331,8 @@ def _responses_usage(report: Any) -> Usage:
 
 
 class NativeResponses:
+    prompt = PromptFields(("tools", "instructions"), ("input",))
+
     def reader(self) -> StreamReader:
         return ResponsesReader()
 
@@ -312,6 +341,13 @@ class NativeResponses:
 
     def stored_id(self, answer: dict[str, Any]) -> str | None:
         return responses_id(answer)
+
+    def finish_reason(self, answer: dict[str, Any]) -> str | None:
+        """As its stream's end tells it (ResponsesReader): why it is incomplete, or `stop`."""
+        details = answer.get("incomplete_details")
+        if isinstance(details, dict):
+            return _word(details.get("reason"))
+        return "stop" if answer.get("status") == "completed" else None
 
 
 CHAT = ChatContract()

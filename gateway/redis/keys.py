@@ -10,6 +10,8 @@ from __future__ import annotations
 PREFIX = "sg"
 TEAMS = f"{PREFIX}:teams"
 KEY_INVALIDATIONS = f"{PREFIX}:keys:invalidate"  # pub/sub channel: secret hashes to drop from caches
+# The cache salt secret, when SLUICEGATE_CACHE_SALT_SECRET is not set (gateway/proxy/cache_salt.py).
+CACHE_SALT_SECRET = f"{PREFIX}:cache-salt-secret"
 
 
 def team_tag(team: str) -> str:

@@ -29,7 +29,7 @@ import hashlib
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -52,13 +52,24 @@ HASH_BYTES = 8
 # 256 blocks (128 KB at the default size), which is where conversations tell themselves apart.
 MAX_HASHED_BLOCKS = 256
 
-# Fields of a worker's request body that the engine renders into the prompt, in the order a chat
-# template renders them: tool definitions and system text come before the conversation.
-_PREAMBLE_FIELDS = ("tools", "system", "instructions")
-_CONVERSATION_FIELDS = ("messages", "input", "prompt")
+
+@dataclass(frozen=True, slots=True)
+class PromptFields:
+    """Fields of a worker's request body that the engine renders into the prompt, in the order a
+    chat template renders them: tool definitions and system text come before the conversation.
+    Each worker protocol declares its own (gateway.proxy.worker_protocols)."""
+
+    preamble: tuple[str, ...]
+    conversation: tuple[str, ...]
 
 
-def prompt_bytes(body: Mapping[str, Any], max_bytes: int | None = None) -> bytes:
+# Every protocol's fields: what a body of unknown protocol is read with.
+ANY_PROMPT = PromptFields(("tools", "system", "instructions"), ("messages", "input", "prompt"))
+
+
+def prompt_bytes(
+    body: Mapping[str, Any], max_bytes: int | None = None, fields: PromptFields = ANY_PROMPT
+) -> bytes:
     """The prompt of a worker request body (chat, completions, native Messages or Responses).
 
     Messages are JSON-encoded as a list without its closing bracket, so a conversation's next turn
@@ -74,12 +85,12 @@ def prompt_bytes(body: Mapping[str, Any], max_bytes: int | None = None) -> bytes
     if isinstance(salt, str) and salt:
         parts.append(b"cache_salt:" + salt.encode())
         size += len(parts[-1]) + 1
-    for name in _PREAMBLE_FIELDS:
+    for name in fields.preamble:
         value = body.get(name)
         if value:
             parts.append(value.encode() if isinstance(value, str) else orjson.dumps(value))
             size += len(parts[-1]) + 1
-    for name in _CONVERSATION_FIELDS:
+    for name in fields.conversation:
         if max_bytes is not None and size >= max_bytes:
             break
         budget = None if max_bytes is None else max_bytes - size
@@ -245,14 +256,14 @@ class PrefixRouting:
             self._on_record(url, blocks[known:] if known else blocks)
 
 
-def body_blocks(worker_body: bytes, block_bytes: int) -> tuple[bytes, ...]:
+def body_blocks(worker_body: bytes, block_bytes: int, fields: PromptFields = ANY_PROMPT) -> tuple[bytes, ...]:
     """The block hashes of the prompt in a worker request body (none when it is not a JSON
     object: the worker will refuse it anyway)."""
     try:
         body = orjson.loads(worker_body)
         if not isinstance(body, dict):
             return ()
-        prompt = prompt_bytes(body, block_bytes * MAX_HASHED_BLOCKS)
+        prompt = prompt_bytes(body, block_bytes * MAX_HASHED_BLOCKS, fields)
         model = body.get("model")
         if isinstance(model, str) and model:
             # One endpoint may serve several models (LoRA adapters, a multi-model server): a

@@ -7,6 +7,12 @@ that made it: so the first time the gateway sees a response id it writes the hol
 with a TTL (SLUICEGATE_STORED_RESPONSE_TTL). A holder that could not be written only costs the
 later calls (a 404); a holder that cannot be read is Redis being down (503), never another team's
 response.
+
+The holder also keeps the conversation's size: the prompt and output tokens of the response (the
+worker's prompt for it held everything before), which a continuation brings to the worker again
+and so is reserved and billed with (gateway.proxy.pipeline). A stream's response is named before
+its usage is known: its holder is written with the size so far and corrected when it ends, by the
+request that wrote it only.
 """
 
 from __future__ import annotations
@@ -32,11 +38,12 @@ RESPONSE_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 @dataclass(frozen=True, slots=True)
 class Holder:
-    team: str
+    team: str  # the team's id (gateway.keys.store.team_info), never its name
     model: str  # the gateway's model, which the caller's key must be allowed
     answer_name: str  # the name the client used, told back in place of the worker's
     pool: str
     endpoint: str  # the URL of the worker process that stored it
+    tokens: int = 0  # the conversation's size: the response's prompt and output tokens
 
 
 class StoredResponses:
@@ -45,19 +52,32 @@ class StoredResponses:
         self._ttl_ms = max(1, int(ttl_s * 1000))
         self._timeout_s = timeout_s
 
-    async def remember(self, response_id: str, holder: Holder) -> None:
+    async def remember(self, response_id: str, holder: Holder) -> bool:
+        """True if this call wrote the holder (the caller may then `resize` it)."""
         if not RESPONSE_ID_RE.fullmatch(response_id):
             log.warning("stored response not remembered: the worker's id is not a response id")
-            return
-        key = keys.stored_response(response_id)
+            return False
         try:
             async with asyncio.timeout(self._timeout_s):
                 # NX: the first holder stands; a worker cannot move another team's response.
-                await self._redis.set(
-                    key, "\x1f".join(getattr(holder, f) for f in _FIELDS), nx=True, px=self._ttl_ms
+                written = await self._redis.set(
+                    keys.stored_response(response_id), _encode(holder), nx=True, px=self._ttl_ms
                 )
         except (RedisError, TimeoutError, OSError) as exc:
             log.warning("stored response not remembered error=%s", type(exc).__name__)
+            return False
+        return bool(written)
+
+    async def resize(self, response_id: str, holder: Holder) -> None:
+        """Rewrites a holder that the caller wrote (`remember` said so) with its final size. XX:
+        one deleted meanwhile stays deleted; KEEPTTL: it lives no longer than it would have."""
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._redis.set(
+                    keys.stored_response(response_id), _encode(holder), xx=True, keepttl=True
+                )
+        except (RedisError, TimeoutError, OSError) as exc:
+            log.warning("stored response not resized error=%s", type(exc).__name__)
 
     async def find(self, response_id: str) -> Holder | None:
         key = keys.stored_response(response_id)
@@ -69,9 +89,12 @@ class StoredResponses:
         if raw is None:
             return None
         parts = keys.as_text(raw).split("\x1f")
-        if len(parts) != len(_FIELDS):
+        if len(parts) == len(_FIELDS):  # written before holders kept the size
+            parts.append("0")
+        if len(parts) != len(_FIELDS) + 1 or not (parts[-1].isascii() and parts[-1].isdigit()):
             return None
-        return Holder(*parts)
+        team, model, answer_name, pool, endpoint, tokens = parts
+        return Holder(team, model, answer_name, pool, endpoint, int(tokens))
 
     async def forget(self, response_id: str) -> None:
         try:
@@ -79,3 +102,7 @@ class StoredResponses:
                 await self._redis.delete(keys.stored_response(response_id))
         except (RedisError, TimeoutError, OSError) as exc:
             log.warning("stored response not forgotten error=%s", type(exc).__name__)
+
+
+def _encode(holder: Holder) -> str:
+    return "\x1f".join([*(getattr(holder, f) for f in _FIELDS), str(holder.tokens)])

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from gateway.config import HealthConfig, ModelConfig, ModelTable, Timeouts
+from gateway.model_table import HealthConfig, ModelConfig, ModelTable, Timeouts
 from tests.pipeline.hostile import Received, _read_request
 from tests.servers import listening_socket
 

@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from gateway.admin.throttle import AdminThrottle
-from gateway.config import ConfigError, Settings, parse_model_table
+from gateway.config import Settings
+from gateway.errors import ConfigError
+from gateway.model_table import parse_model_table
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, worker_record
 from tests.http import Reply, post
 

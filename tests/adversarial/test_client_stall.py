@@ -18,7 +18,7 @@ from typing import Any, cast
 import aiohttp
 
 from gateway.apis.openai.dialect import CHAT
-from gateway.config import HealthConfig, ModelConfig, ModelTable, RoutingConfig, Timeouts
+from gateway.model_table import HealthConfig, ModelConfig, ModelTable, RoutingConfig, Timeouts
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.upstream import UpstreamResponse

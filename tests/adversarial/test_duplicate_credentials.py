@@ -47,3 +47,27 @@ def test_two_different_keys_in_a_repeated_header_are_refused(
     if path == CHAT[0]:
         assert "Two different API keys" in envelope(refused, 401, "invalid_api_key")["message"]
     assert _send(gateway, path, header, [form.format(mine), form.format(mine)]).status == 200
+
+
+def _admin_get(gw: Gateway, tokens: list[str]) -> int:
+    host, port = gw.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.putrequest("GET", "/admin/v1/teams")
+        for token in tokens:
+            conn.putheader("authorization", f"Bearer {token}")
+        conn.endheaders()
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_two_different_admin_tokens_are_refused_whichever_comes_first(gateway: Gateway) -> None:
+    """The admin API reads its token as strictly as a client key: the right token beside a wrong one
+    is not believed, in either order."""
+    right, wrong = gateway.admin_token, "adm-" + "x" * 43
+    # The statuses alone: a failing assert must not print the token.
+    statuses = [_admin_get(gateway, t) for t in ([right, wrong], [wrong, right], [right, right], [right])]
+    assert statuses == [401, 401, 200, 200]

@@ -11,8 +11,7 @@ import http.client
 import json
 from typing import Any
 
-from gateway.config import ModelTable
-from gateway.model_table import NATIVE, Protocols
+from gateway.model_table import NATIVE, ModelTable, Protocols
 from tests.adversarial.scripted import LAST_CHUNK, SSE_HEAD, ScriptedWorker, http_chunk, run_scripted, table
 from tests.adversarial.test_stream_bounds import write_until_closed
 from tests.conftest import GatewayFactory

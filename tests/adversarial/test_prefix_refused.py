@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 
-from gateway.config import ModelConfig, ModelTable, RoutingConfig
+from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from tests.conftest import FAKE_MODEL, GatewayFactory
 from tests.http import post
 from tests.routing.conftest import metric

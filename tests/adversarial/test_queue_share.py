@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config import ModelConfig, ModelTable, RoutingConfig
+from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from tests.conftest import GatewayFactory
 from tests.routing.conftest import WorkerFactory, chat, metric
 from tests.routing.conftest import workers as workers  # the fixture, for this module

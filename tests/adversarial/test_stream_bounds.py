@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from gateway.config import ConfigError, parse_model_table
+from gateway.errors import ConfigError
+from gateway.model_table import parse_model_table
 from tests.adversarial.scripted import (
     DONE,
     LAST_CHUNK,

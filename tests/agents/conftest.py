@@ -26,9 +26,9 @@ import pytest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.app import create_app
-from gateway.config import ModelConfig, ModelTable, Settings
+from gateway.config import Settings
 from gateway.dev.embedded_redis import EmbeddedRedis
-from gateway.model_table import Protocols
+from gateway.model_table import ModelConfig, ModelTable, Protocols
 from tests.agents import agents
 from tests.agents.usage import reported_usage
 from tests.conftest import FAKE_MODEL, Gateway, SessionLog

@@ -15,7 +15,7 @@ import anthropic
 import pytest
 from anthropic.types import MessageParam, ToolParam
 
-from gateway.config import ModelConfig, ModelTable, Timeouts
+from gateway.model_table import ModelConfig, ModelTable, Timeouts
 from tests.conftest import FAKE_MODEL, OTHER_MODEL, Gateway, GatewayFactory, default_table, worker_record
 from tests.pipeline.support import usage_totals, wait_requests_metered
 

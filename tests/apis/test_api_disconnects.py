@@ -16,8 +16,7 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from gateway.config import ModelConfig, ModelTable
-from gateway.model_table import NATIVE, Protocols
+from gateway.model_table import NATIVE, ModelConfig, ModelTable, Protocols
 from gateway.proxy.translation.native import text_chars
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, worker_record
 

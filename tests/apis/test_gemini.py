@@ -19,7 +19,7 @@ import pytest
 from google import genai
 from google.genai import errors, types
 
-from gateway.config import ModelConfig, ModelTable, Timeouts
+from gateway.model_table import ModelConfig, ModelTable, Timeouts
 from tests.conftest import FAKE_MODEL, OTHER_MODEL, Gateway, GatewayFactory, default_table, worker_record
 from tests.pipeline.support import usage_totals, wait_requests_metered
 

@@ -15,8 +15,7 @@ import pytest
 import redis
 from anthropic.types import MessageParam
 
-from gateway.config import ModelConfig, ModelTable
-from gateway.model_table import NATIVE, Protocols
+from gateway.model_table import NATIVE, ModelConfig, ModelTable, Protocols
 from gateway.redis import keys
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, default_table, worker_record
 from tests.http import post

@@ -12,8 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gateway.config import ModelConfig, ModelTable
-from gateway.model_table import NATIVE, Protocols
+from gateway.model_table import NATIVE, ModelConfig, ModelTable, Protocols
 from tests.conftest import FAKE_MODEL, GatewayFactory
 from tests.http import Reply, call
 from tests.servers import run_uvicorn

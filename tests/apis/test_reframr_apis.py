@@ -16,7 +16,7 @@ from anthropic.types import MessageParam, ToolParam
 from google import genai
 from google.genai import types
 
-from gateway.config import ModelConfig, ModelTable
+from gateway.model_table import ModelConfig, ModelTable
 from tests.conftest import Gateway, GatewayFactory
 from tests.pipeline.support import wait_requests_metered
 from tests.servers import run_uvicorn

@@ -21,7 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.routing import Route
 
 from gateway.app import create_app
-from gateway.config import ModelConfig, ModelTable, Settings
+from gateway.config import Settings
+from gateway.model_table import ModelConfig, ModelTable
 from gateway.redis import keys as redis_keys
 from tests.conftest import FAKE_MODEL, OTHER_MODEL, Gateway, GatewayFactory, default_table, worker_record
 from tests.http import Reply, post

@@ -14,8 +14,7 @@ import anthropic
 import openai
 import pytest
 
-from gateway.config import ModelConfig, ModelTable
-from gateway.model_table import NATIVE, Protocols
+from gateway.model_table import NATIVE, ModelConfig, ModelTable, Protocols
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, default_table, worker_record
 from tests.http import post
 from tests.pipeline.support import metric_sum

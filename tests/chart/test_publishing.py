@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.config import parse_model_table
+from gateway.model_table import parse_model_table
 from gateway.pricing import Price
 from tests.chart.cases import NATIVE_MODELS, PUBLISHED
 from tests.chart.conftest import CHART, NAMESPACE, RELEASE, Helm, Manifest, Renderer, gateway_env, rendered
@@ -146,6 +146,10 @@ def test_notes_name_the_console_cli_dashboard_agents_guide_and_image(notes: Any)
     text = notes()
     assert "/admin/ui/" in text
     assert f"kubectl -n {NAMESPACE} exec deploy/{SERVICE} -- sluicegate teams create my-team" in text
+    # The admin plane is on its own port: the CLI and the console go through the admin Service.
+    assert f"port-forward svc/{SERVICE}-admin 8081:8081" in text
+    assert "export SLUICEGATE_URL=http://127.0.0.1:8081" in text
+    assert "base_url=$SLUICEGATE_BASE/v1" in text
     assert "pip install ." in text
     assert f"ConfigMap {SERVICE}-dashboard" in text
     assert "docs/agents.md" in text
@@ -162,6 +166,7 @@ def test_notes_follow_the_values(notes: Any) -> None:
             "gateway": {
                 **PUBLISHED["gateway"],
                 "port": 9000,
+                "adminPort": 0,  # the admin plane on the client port, as before the admin port
                 "image": {"repository": "registry.example.com/llm/sluicegate", "tag": "0.1.0"},
                 "spool": {"persistence": {"enabled": True}},
             },

@@ -263,9 +263,13 @@ def test_gateway_deployment_shape(render: Renderer) -> None:
     (c,) = pod["containers"]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert c["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert c["ports"] == [
+        {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "admin", "containerPort": 8081, "protocol": "TCP"},
+    ]
     env = gateway_env(rendered(render))
     assert env["SLUICEGATE_PORT"]["value"] == "8080"
+    assert env["SLUICEGATE_ADMIN_PORT"]["value"] == "8081"
     # The spool is on a writable volume: the root filesystem is read-only.
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     assert env["SLUICEGATE_SPOOL_PATH"]["value"].startswith("/var/lib/sluicegate/")
@@ -279,6 +283,29 @@ def test_gateway_deployment_shape(render: Renderer) -> None:
         pdb["spec"]["selector"]["matchLabels"].items()
         <= deployment["spec"]["template"]["metadata"]["labels"].items()
     )
+
+
+def test_the_admin_plane_has_an_internal_service_and_the_monitor_follows_it(render: Renderer) -> None:
+    result = rendered(render, values={"monitoring": {"serviceMonitor": {"enabled": True}}})
+    services = {s["metadata"]["name"]: s for s in result.of_kind("Service")}
+    admin = services["sg-sluicegate-admin"]
+    assert admin["spec"]["type"] == "ClusterIP"
+    assert admin["spec"]["ports"] == [
+        {"name": "admin", "port": 8081, "targetPort": "admin", "protocol": "TCP"}
+    ]
+    assert [p["targetPort"] for p in services["sg-sluicegate"]["spec"]["ports"]] == ["http"]
+    monitor = next(m for m in result.of_kind("ServiceMonitor") if m["metadata"]["name"] == "sg-sluicegate")
+    assert monitor["spec"]["endpoints"][0]["port"] == "admin"
+    assert monitor["spec"]["selector"]["matchLabels"]["sluicegate.io/plane"] == "admin"
+
+
+def test_admin_port_zero_serves_everything_on_the_client_port(render: Renderer) -> None:
+    values = {"gateway": {"adminPort": 0}, "monitoring": {"serviceMonitor": {"enabled": True}}}
+    result = rendered(render, values=values)
+    assert "sg-sluicegate-admin" not in {s["metadata"]["name"] for s in result.of_kind("Service")}
+    assert "SLUICEGATE_ADMIN_PORT" not in gateway_env(result)
+    monitor = next(m for m in result.of_kind("ServiceMonitor") if m["metadata"]["name"] == "sg-sluicegate")
+    assert monitor["spec"]["endpoints"][0]["port"] == "http"
 
 
 def test_autoscaling_leaves_replicas_to_the_hpa(render: Renderer) -> None:
@@ -446,7 +473,7 @@ def test_model_table_points_each_model_at_its_worker_service(render: Renderer) -
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_gateway_accepts_the_rendered_model_table(render: Renderer, case: str) -> None:
-    from gateway.config import parse_model_table
+    from gateway.model_table import parse_model_table
 
     table = parse_model_table(model_table(render_case(render, case)))
     files, values = CASES[case]

@@ -209,7 +209,12 @@ def test_service_hpa_pdb_and_service_monitor_reach_the_statefulset(render: Rende
     assert selects(service["spec"]["selector"], pod_labels)
     ports = {p["name"] for p in statefulset["spec"]["template"]["spec"]["containers"][0]["ports"]}
     assert service["spec"]["ports"][0]["targetPort"] in ports
+    # /metrics is on the admin port (gateway.adminPort): the monitor scrapes the admin Service.
+    admin = result.one("Service", f"{GATEWAY}-admin")
+    assert selects(admin["spec"]["selector"], pod_labels)
+    assert admin["spec"]["ports"][0]["targetPort"] in ports
     monitor = result.one("ServiceMonitor", GATEWAY)
-    assert selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
+    assert selects(monitor["spec"]["selector"]["matchLabels"], admin["metadata"]["labels"])
+    assert not selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
-    assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in admin["spec"]["ports"]}

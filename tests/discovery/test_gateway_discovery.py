@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from gateway.config import KubernetesTarget, ModelConfig, ModelTable
+from gateway.model_table import KubernetesTarget, ModelConfig, ModelTable
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
 from tests.discovery.fake_apiserver import FakeApiServer
 from tests.discovery.objects import endpoint, endpoint_slice, service

@@ -16,9 +16,8 @@ import orjson
 import pytest
 
 from gateway.apis.openai.dialect import CHAT
-from gateway.config import ModelConfig, ModelTable
 from gateway.limits.output import LIMITED_BY_HEADER, MAX_TOKENS_HEADER, estimated_prompt_bound
-from gateway.model_table import NATIVE, Protocols
+from gateway.model_table import NATIVE, ModelConfig, ModelTable, Protocols
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, default_table, worker_record
 from tests.http import Reply, post
 from tests.pipeline.support import wait_requests_metered

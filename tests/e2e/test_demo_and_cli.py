@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -26,10 +27,10 @@ from tests.servers import free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _start_demo(port: int, **env: str) -> tuple[subprocess.Popen[str], str]:
+def _start_demo(port: int, *flags: str, **env: str) -> tuple[subprocess.Popen[str], str]:
     """`sluicegate demo` as a newcomer runs it, and its banner (once it printed the last line)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "demo", "--port", str(port)],
+        [sys.executable, "-m", "gateway", "demo", "--port", str(port), *flags],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -156,6 +157,119 @@ def test_demo_uses_the_redis_it_is_given(redis_server: EmbeddedRedis, redis_clie
             assert json.loads(reply.stdout)["choices"][0]["message"]["content"].startswith("tok0")
         finally:
             _stop(process)
+
+
+def _field(banner: str, pattern: str) -> str:
+    found = re.search(pattern, banner)
+    assert found is not None, banner
+    return found.group(1)
+
+
+def _stream_cut_by_ctrl_c(port: int, key: str, process: subprocess.Popen[str]) -> list[bytes]:
+    """A long stream, Ctrl-C once its first tokens arrived; every SSE data line it got."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    body = {"model": "demo-model", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        json.dumps(body),
+        {
+            "authorization": f"Bearer {key}",
+            "content-type": "application/json",
+            # Far longer than the demo's drain: the drain must cut it.
+            "x-fake-tokens": "2000",
+            "x-fake-token-delay-ms": "50",
+        },
+    )
+    response = conn.getresponse()
+    assert response.status == 200
+    lines: list[bytes] = []
+    while len(lines) < 3:
+        line = response.readline()
+        if line.startswith(b"data: "):
+            lines.append(line.strip())
+    process.send_signal(signal.SIGINT)
+    while line := response.readline():
+        if line.startswith(b"data: "):
+            lines.append(line.strip())
+    conn.close()
+    return lines
+
+
+def test_demo_ctrl_c_ends_an_open_stream_like_serve_and_state_survives_a_restart(tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    port = free_port()
+    process, banner = _start_demo(port, "--state", state)
+    try:
+        key = _field(banner, r"API key  (sk-sg-\S+)")
+        token = _field(banner, r"sign in with the admin token: (\S+)\)")
+        assert f"kept in {state}" in banner
+        children = subprocess.run(
+            ["ps", "-o", "pid=,pgid=", "--ppid", str(process.pid)],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.split()
+        # Redis and the worker lead process groups of their own: the terminal's Ctrl-C skips them.
+        assert len(children) == 4
+        assert children[0] == children[1]
+        assert children[2] == children[3]
+        lines = _stream_cut_by_ctrl_c(port, key, process)
+        assert process.wait(timeout=30) == 0
+        assert process.stdout is not None
+        rest = process.stdout.read()
+        assert "Traceback" not in rest
+        assert "CancelledError" not in rest
+        assert "sluicegate demo stopped." in rest
+    finally:
+        _stop(process)
+    assert lines[-1] == b"data: [DONE]"
+    error = json.loads(lines[-2][6:])
+    assert error["error"]["code"] == "shutting_down", error
+
+    # Started again on the same state: the same token and key, and the cut stream was metered.
+    again, banner = _start_demo(port, "--state", state)
+    try:
+        assert _field(banner, r"API key  (sk-sg-\S+)") == key
+        assert _field(banner, r"sign in with the admin token: (\S+)\)") == token
+        env = {**os.environ, "SLUICEGATE_URL": f"http://127.0.0.1:{port}", "SLUICEGATE_ADMIN_TOKEN": token}
+        usage = subprocess.run(
+            [sys.executable, "-m", "gateway", "usage", "--team", "demo", "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            check=True,
+        )
+        rows = json.loads(usage.stdout)
+        assert sum(row["completion_tokens"] for row in rows) >= 2, rows
+
+        # The second demo model passes the Responses API through natively: a stored response
+        # and a turn that continues it by previous_response_id.
+        first = _responses(port, key, {"model": "demo-native", "input": "hi", "store": True})
+        second = _responses(
+            port, key, {"model": "demo-native", "input": "more", "previous_response_id": first["id"]}
+        )
+        assert second["status"] == "completed", second
+    finally:
+        _stop(again)
+
+
+def _responses(port: int, key: str, body: dict[str, object]) -> dict[str, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(
+            "POST",
+            "/v1/responses",
+            json.dumps(body),
+            {"authorization": f"Bearer {key}", "content-type": "application/json"},
+        )
+        response = conn.getresponse()
+        answer: dict[str, Any] = json.loads(response.read())
+        assert response.status == 200, answer
+        return answer
+    finally:
+        conn.close()
 
 
 def _cli(gw: Gateway, *args: str) -> subprocess.CompletedProcess[str]:

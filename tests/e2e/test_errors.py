@@ -8,7 +8,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from gateway.config import ModelConfig, ModelTable, Timeouts
+from gateway.model_table import ModelConfig, ModelTable, Timeouts
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
 from tests.http import get, post, sse_data
 from tests.servers import free_port

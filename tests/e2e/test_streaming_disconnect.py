@@ -12,7 +12,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from gateway.config import ModelConfig, ModelTable
+from gateway.model_table import ModelConfig, ModelTable
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, worker_record
 
 HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "a long story please"}]

@@ -17,8 +17,9 @@ import redis
 from openai.types.chat import ChatCompletionMessageParam
 
 from gateway.cli import CliError
-from gateway.config import ConfigError, Settings
+from gateway.config import Settings
 from gateway.dev.embedded_redis import EmbeddedRedis
+from gateway.errors import ConfigError
 from gateway.redis.url import SentinelURL, parse_sentinel_url
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
 from tests.http import get

@@ -15,7 +15,7 @@ import json
 import threading
 from collections.abc import Iterator
 
-from gateway.config import ModelConfig, ModelTable
+from gateway.model_table import ModelConfig, ModelTable
 from gateway.proxy.upstream import KEEPALIVE_S
 from tests.conftest import GatewayFactory
 from tests.http import post

@@ -5,6 +5,7 @@ the first holder stands, ids that are not ids are never keys, a holder expires, 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 
 import pytest
@@ -78,3 +79,32 @@ def test_redis_down_is_a_503_on_reading_and_nothing_on_writing() -> None:
     with pytest.raises(GatewayError) as caught:
         _run(f"redis://127.0.0.1:{free_port()}/0", steps)
     assert caught.value.code is ErrorCode.REDIS_UNAVAILABLE
+
+
+def test_a_holder_keeps_the_conversations_size_and_only_its_writer_resizes_it(
+    redis_server: EmbeddedRedis, redis_client: redis.Redis
+) -> None:
+    rid, gone, old = ("resp_" + secrets.token_hex(8) for _ in range(3))
+    sized = dataclasses.replace(MINE, tokens=3754)
+    # A holder written before holders kept the size: five fields, read as no history.
+    redis_client.set(
+        keys.stored_response(old), "\x1f".join(("team-a", "m", "alias", "m", "http://10.0.0.1:8000"))
+    )
+
+    async def steps(stored: StoredResponses) -> tuple[object, ...]:
+        wrote = await stored.remember(rid, sized)
+        again = await stored.remember(rid, THEIRS)  # not written: its caller may not resize it
+        await stored.resize(rid, dataclasses.replace(sized, tokens=3004))
+        await stored.remember(gone, sized)
+        await stored.forget(gone)
+        await stored.resize(gone, sized)  # deleted meanwhile: stays deleted
+        return wrote, again, await stored.find(rid), await stored.find(gone), await stored.find(old)
+
+    assert _run(redis_server.url, steps) == (
+        True,
+        False,
+        dataclasses.replace(MINE, tokens=3004),
+        None,
+        MINE,  # tokens 0
+    )
+    assert 0 < redis_client.pttl(keys.stored_response(rid)) <= 60_000  # the resize kept its TTL

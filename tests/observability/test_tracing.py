@@ -18,8 +18,9 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.config import ModelConfig, ModelTable, RoutingConfig, Settings
+from gateway.config import Settings
 from gateway.errors import ConfigError
+from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from gateway.observability.tracing import TracingConfig
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, default_table, worker_record
 from tests.observability.otlp_receiver import (
@@ -364,7 +365,8 @@ def test_with_no_otlp_endpoint_nothing_is_built_and_the_clients_traceparent_pass
         "import sys\n"
         "from gateway.app import create_app\n"
         "from gateway.cli import load_table\n"
-        "from gateway.config import ModelTable, Settings\n"
+        "from gateway.config import Settings\n"
+        "from gateway.model_table import ModelTable\n"
         "create_app(Settings.from_env({}), ModelTable(()))\n"
         "tracing = ('opentelemetry.sdk.trace', 'opentelemetry.exporter')\n"
         "assert not [m for m in sys.modules if m.startswith(tracing)], 'the tracing SDK was imported'\n"

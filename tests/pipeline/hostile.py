@@ -148,6 +148,44 @@ def _chunked_stream(events: list[bytes]) -> bytes:
     return b"".join(out)
 
 
+def _holding_stream(kind: str) -> Callable[[HostileWorker, Received], bytes]:
+    """A chat stream that makes a translation hold more than it may until the end: `candidates`
+    (more choice indexes than a request can ask for), `calls` (one candidate, more tool calls than
+    an answer needs) or `arguments` (one call's argument fragments, over 4 MiB in all). Each
+    event is small; the stream ends properly, so only the translation's bound cuts it short."""
+
+    def events() -> list[bytes]:
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            payload = {"id": "chatcmpl-hold", "object": "chat.completion.chunk", "choices": choices, **extra}
+            return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+        def call(position: int, arguments: str, name: str | None = None) -> dict[str, Any]:
+            if name is None:  # a later fragment: only the arguments
+                return {"index": position, "function": {"arguments": arguments}}
+            return {
+                "index": position,
+                "id": f"call_{position}",
+                "function": {"name": name, "arguments": arguments},
+            }
+
+        if kind == "candidates":
+            out = [chunk([{"index": i, "delta": {"content": "x"}}]) for i in range(64)]
+        elif kind == "calls":
+            out = [
+                chunk([{"index": 0, "delta": {"tool_calls": [call(i, "{}", name="f")]}}]) for i in range(512)
+            ]
+        else:
+            fragment = '"' + "a" * (64 * 1024) + '",'
+            out = [chunk([{"index": 0, "delta": {"tool_calls": [call(0, '{"k":[', name="f")]}}])]
+            out += [chunk([{"index": 0, "delta": {"tool_calls": [call(0, fragment)]}}]) for _ in range(80)]
+            out.append(chunk([{"index": 0, "delta": {"tool_calls": [call(0, '""]}')]}}]))
+        out.append(chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}]))
+        out.append(chunk([], usage=dict(HONEST_USAGE)))
+        return [*out, b"data: [DONE]\n\n"]
+
+    return lambda worker, request: _chunked_stream(events())
+
+
 def _lying_usage(mode: str) -> dict[str, Any] | None:
     name = mode.removeprefix("stream-").removeprefix("usage-")
     if not mode.removeprefix("stream-").startswith("usage-") or name not in USAGE_LIES:
@@ -336,6 +374,9 @@ _MODES: dict[str, Callable[[HostileWorker, Received], bytes]] = {
     "huge-error": _error(
         400, {"message": "x" * (1024 * 1024), "type": "BadRequestError", "param": None, "code": 400}
     ),
+    "hold-candidates": _holding_stream("candidates"),
+    "hold-calls": _holding_stream("calls"),
+    "hold-arguments": _holding_stream("arguments"),
 }
 MODES = tuple(_MODES) + tuple(f"{p}usage-{lie}" for p in ("", "stream-") for lie in USAGE_LIES)
 

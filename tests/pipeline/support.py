@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.config import HealthConfig, ModelConfig, ModelTable, Timeouts
+from gateway.model_table import HealthConfig, ModelConfig, ModelTable, Timeouts
 from tests.conftest import Gateway
 from tests.http import Reply, get
 from tests.pipeline.hostile import MODE_HEADER, MODEL

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from gateway.config import ModelConfig, ModelTable, Timeouts
+from gateway.model_table import ModelConfig, ModelTable, Timeouts
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
 from tests.http import post, sse_data
 from tests.pipeline.support import (

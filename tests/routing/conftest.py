@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config import ModelConfig
+from gateway.model_table import ModelConfig
 from tests.conftest import Gateway
 from tests.http import get, post
 from tests.routing.worker import ProgrammableWorker

@@ -11,9 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.config import HealthConfig, ModelConfig, ModelTable, Timeouts
 from gateway.errors import ErrorCode, GatewayError
-from gateway.model_table import PoolConfig
+from gateway.model_table import HealthConfig, ModelConfig, ModelTable, PoolConfig, Timeouts
 from gateway.observability.metrics import Metrics
 from gateway.proxy.upstream import Upstream, new_session
 from gateway.proxy.worker_errors import worker_failure

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from gateway.config import HealthConfig, ModelConfig, ModelTable, RoutingConfig
+from gateway.model_table import HealthConfig, ModelConfig, ModelTable, RoutingConfig
 from gateway.routing.policy import (
     CachedPrefix,
     RouteRequest,

@@ -10,7 +10,7 @@ import random
 import orjson
 import pytest
 
-from gateway.config import HealthConfig, KubernetesTarget, ModelConfig, ModelTable, PoolConfig
+from gateway.model_table import HealthConfig, KubernetesTarget, ModelConfig, ModelTable, PoolConfig
 from gateway.observability.metrics import Metrics
 from gateway.proxy.upstream import Upstream, new_session
 from gateway.routing.monitor import Monitor

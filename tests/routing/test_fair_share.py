@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from gateway.config import ModelConfig, ModelTable, RoutingConfig
+from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from tests.conftest import Gateway, GatewayFactory
 from tests.routing.conftest import WorkerFactory, chat, metric
 from tests.routing.worker import ProgrammableWorker

@@ -17,11 +17,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from gateway.config import ModelConfig, ModelTable, RoutingConfig
 from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.http.context import RequestContext
 from gateway.limits.admission import Admission, Reservation
 from gateway.metering.record import UsageRecord
+from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from gateway.observability.metrics import Metrics
 from gateway.proxy.settlement import Settlement
 from gateway.proxy.usage import Usage

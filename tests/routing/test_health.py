@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from gateway.config import HealthConfig, ModelConfig, ModelTable, RoutingConfig, Timeouts
+from gateway.model_table import HealthConfig, ModelConfig, ModelTable, RoutingConfig, Timeouts
 from tests.conftest import GatewayFactory
 from tests.routing.conftest import WorkerFactory, chat, endpoint_view, metric
 from tests.servers import listening_socket, run_uvicorn

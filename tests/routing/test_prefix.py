@@ -352,7 +352,9 @@ def test_a_fallback_routed_by_prefix_gets_blocks_of_its_own_size() -> None:
     the plan; a pool of another block size ignores them instead of indexing foreign hashes."""
     from gateway.model_table import ModelConfig, ModelTable, PrefixConfig, RoutingConfig
     from gateway.observability.metrics import Metrics
+    from gateway.proxy.cache_salt import SaltScope
     from gateway.proxy.pipeline import _prompt_blocks
+    from gateway.proxy.worker_protocols import CHAT
     from gateway.routing.router import Router
 
     def model(name: str, policy: str, block_bytes: int = 512, fallbacks: tuple[str, ...] = ()) -> ModelConfig:
@@ -374,15 +376,32 @@ def test_a_fallback_routed_by_prefix_gets_blocks_of_its_own_size() -> None:
     body = _chat("hello " * 400)
 
     class Call:
-        def worker_body(self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None) -> bytes:
-            return orjson.dumps({**body, "model": wire_model, "max_tokens": max_tokens})
+        protocol = CHAT
+
+        def worker_body(
+            self,
+            wire_model: str,
+            *,
+            continuous_usage: bool,
+            max_tokens: int | None,
+            cache_salt: str | None = None,
+        ) -> bytes:
+            return orjson.dumps(
+                {**body, "model": wire_model, "max_tokens": max_tokens, "cache_salt": cache_salt}
+            )
 
     route = router.resolve("p")
     assert route is not None
     plan = router.plan(route)
-    blocks, size = _prompt_blocks(Call(), plan, 64)  # type: ignore[arg-type]
+    team_a, team_b = (SaltScope(b"s" * 32, team, "key_0", None) for team in ("team_a", "team_b"))
+    blocks, size = _prompt_blocks(Call(), plan, 64, team_a)  # type: ignore[arg-type]
     assert size == 256
-    assert blocks == body_blocks(orjson.dumps({**body, "model": "f", "max_tokens": 64}), 256)
+    salt = team_a.for_model("team")
+    assert blocks == body_blocks(
+        orjson.dumps({**body, "model": "f", "max_tokens": 64, "cache_salt": salt}), 256
+    )
+    # Hashed with the salt the worker gets: another team's same prompt shares no block in the index.
+    assert not set(blocks) & set(_prompt_blocks(Call(), plan, 64, team_b)[0])  # type: ignore[arg-type]
     f, g = router.pool("f"), router.pool("g")
     assert f is not None
     assert g is not None

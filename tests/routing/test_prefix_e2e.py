@@ -11,8 +11,8 @@ from typing import Any
 
 from openai.types.chat import ChatCompletionMessageParam
 
-from gateway.config import HealthConfig, ModelConfig, ModelTable, RoutingConfig
 from gateway.dev.embedded_redis import EmbeddedRedis
+from gateway.model_table import HealthConfig, ModelConfig, ModelTable, RoutingConfig
 from tests.conftest import Gateway, GatewayFactory
 from tests.routing.conftest import WorkerFactory, endpoint_view, metric
 from tests.routing.worker import ProgrammableWorker

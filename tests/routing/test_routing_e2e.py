@@ -7,7 +7,7 @@ import threading
 
 from openai.types.chat import ChatCompletionMessageParam
 
-from gateway.config import HealthConfig, ModelConfig, ModelTable, PoolConfig, RoutingConfig
+from gateway.model_table import HealthConfig, ModelConfig, ModelTable, PoolConfig, RoutingConfig
 from tests.conftest import GatewayFactory
 from tests.http import post
 from tests.routing.conftest import WorkerFactory, chat, endpoint_view, metric

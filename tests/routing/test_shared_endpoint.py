@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config import HealthConfig, ModelConfig, ModelTable, Timeouts
+from gateway.model_table import HealthConfig, ModelConfig, ModelTable, Timeouts
 from tests.conftest import Gateway, GatewayFactory
 from tests.routing.conftest import WorkerFactory, chat, endpoint_view, metric
 from tests.routing.worker import ProgrammableWorker

@@ -9,9 +9,8 @@ from collections import Counter
 
 import pytest
 
-from gateway.config import HealthConfig, ModelConfig, RoutingConfig
 from gateway.errors import ConfigError, GatewayError
-from gateway.model_table import parse_model
+from gateway.model_table import HealthConfig, ModelConfig, RoutingConfig, parse_model
 from gateway.observability.metrics import Metrics
 from gateway.routing import health
 from gateway.routing.endpoint import Endpoint, EndpointState

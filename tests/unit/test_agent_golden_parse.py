@@ -16,8 +16,7 @@ from gateway.apis.gemini.dialect import GeminiDialect
 from gateway.apis.gemini.routes import model_in_path
 from gateway.apis.openai.dialect import CHAT
 from gateway.apis.responses.dialect import RESPONSES
-from gateway.config import ModelConfig
-from gateway.model_table import NATIVE, Protocols
+from gateway.model_table import NATIVE, ModelConfig, Protocols
 from gateway.proxy.translation import model_rules, native
 
 GOLDEN = Path(__file__).parent.parent / "agents" / "golden"

@@ -6,7 +6,9 @@ from typing import Any
 import pytest
 
 from gateway.cli import main
-from gateway.config import ConfigError, Settings, load_model_table, parse_model_table
+from gateway.config import Settings
+from gateway.errors import ConfigError
+from gateway.model_table import load_model_table, parse_model_table
 
 GOOD = {
     "models": [

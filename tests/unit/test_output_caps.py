@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.config import ConfigError, parse_model_table
+from gateway.errors import ConfigError
 from gateway.limits.output import (
     LIMITED_BY_HEADER,
     MAX_TOKENS_HEADER,
@@ -18,6 +18,7 @@ from gateway.limits.output import (
     static_cap,
     within_window,
 )
+from gateway.model_table import parse_model_table
 from gateway.routing.monitor import _max_model_len
 
 

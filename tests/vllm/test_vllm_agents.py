@@ -29,9 +29,8 @@ from typing import Any
 
 import pytest
 
-from gateway.config import ModelConfig, ModelTable, Timeouts
 from gateway.dev.embedded_redis import EmbeddedRedis
-from gateway.model_table import NATIVE, Protocols
+from gateway.model_table import NATIVE, ModelConfig, ModelTable, Protocols, Timeouts
 from tests.agents import agents
 from tests.agents.agents import Target
 from tests.agents.conftest import Exchange, Tap, tapped_gateway
@@ -113,6 +112,19 @@ def _vllm_counted(vllm_url: str) -> tuple[int, int]:
     return total("prompt_tokens_total"), total("generation_tokens_total")
 
 
+def _vllm_idle(vllm_url: str) -> None:
+    """Until vLLM runs and queues nothing: a request the last test's agent left behind (a title
+    or a straggler it abandoned) would otherwise still add to the counters this test reads."""
+
+    def idle() -> bool:
+        with urllib.request.urlopen(f"{vllm_url}/metrics", timeout=10) as resp:  # noqa: S310
+            text = resp.read().decode()
+        busy = re.findall(r"^vllm:num_requests_(?:running|waiting)\{[^}]*\} ([0-9.e+]+)$", text, re.M)
+        return bool(busy) and all(float(value) == 0 for value in busy)
+
+    wait_until(idle, 120, "vLLM idle")
+
+
 def _metered(gw: Gateway, team: str) -> tuple[int, int]:
     rows = gw.usage(team)
     return sum(r["prompt_tokens"] for r in rows), sum(r["completion_tokens"] for r in rows)
@@ -126,6 +138,7 @@ def _metered_as_counted(stack: Stack, team: str, before: tuple[int, int], since:
         now = _vllm_counted(stack.vllm_url)
         return now[0] - before[0], now[1] - before[1]
 
+    _vllm_idle(stack.vllm_url)  # what this test sent has run to its end (or its abort)
     with contextlib.suppress(AssertionError):  # the assertion below shows both sides
         wait_until(lambda: _metered(stack.gateway, team) == counted(), 30, "metered usage to match vLLM's")
     # A mismatch names every request the gateway saw meanwhile: one that is not this test's
@@ -178,6 +191,7 @@ def test_an_agent_turn_through_real_vllm(stack: Stack, scratch: Path, name: str,
     key = stack.gateway.new_key(team)["key"]
     agent = agents.make_agent(name, Target(stack.gateway.url, key, POOLS[pool]), scratch, "api_key")
     since = len(stack.tap.exchanges)
+    _vllm_idle(stack.vllm_url)
     counted_before = _vllm_counted(stack.vllm_url)
 
     result = agent.run("Say hi.", timeout_s=TURN_TIMEOUT_S)
@@ -220,6 +234,7 @@ def test_a_captured_agent_body_is_served_by_real_vllm(stack: Stack, golden: Path
     headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
     if captured["path"] == "/v1/messages":
         headers["anthropic-version"] = "2023-06-01"
+    _vllm_idle(stack.vllm_url)
     counted_before, since = _vllm_counted(stack.vllm_url), len(stack.tap.exchanges)
     status, headers_of, text = _post(stack.gateway.url + captured["path"], body, headers)
     assert status == 200, text[:2000]

@@ -13,8 +13,7 @@ import openai
 import pytest
 from anthropic.types import MessageParam
 
-from gateway.config import ModelConfig, ModelTable, Timeouts
-from gateway.model_table import NATIVE, Protocols
+from gateway.model_table import NATIVE, ModelConfig, ModelTable, Protocols, Timeouts
 from tests.conftest import Gateway, GatewayFactory
 from tests.vllm.conftest import SERVED_NAME
 

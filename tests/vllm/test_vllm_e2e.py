@@ -24,7 +24,7 @@ from openai.types.chat import (
     ChatCompletionNamedToolChoiceParam,
 )
 
-from gateway.config import ModelConfig, ModelTable, Timeouts
+from gateway.model_table import ModelConfig, ModelTable, Timeouts
 from tests.conftest import Gateway, GatewayFactory
 from tests.vllm.conftest import ROOT, SERVED_NAME
 from tests.vllm.processes import engine_of

@@ -12,7 +12,7 @@ import pytest
 from google import genai
 from google.genai import types
 
-from gateway.config import ModelConfig, ModelTable, Timeouts
+from gateway.model_table import ModelConfig, ModelTable, Timeouts
 from tests.conftest import Gateway, GatewayFactory
 from tests.vllm.conftest import SERVED_NAME
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from gateway.config import ModelConfig, ModelTable, RoutingConfig
+from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from tests.conftest import GatewayFactory
 from tests.http import post
 from tests.vllm.prefix_workload import MAX_TOKENS, SERVED_NAME, Oracle, hit_rate, run_workload, two_vllms

@@ -30,8 +30,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send  # noqa: E402
 
 from gateway.app import create_app as create_gateway  # noqa: E402
 from gateway.cli import AdminClient  # noqa: E402
-from gateway.config import ModelConfig, ModelTable, Settings  # noqa: E402
+from gateway.config import Settings  # noqa: E402
 from gateway.dev.embedded_redis import EmbeddedRedis  # noqa: E402
+from gateway.model_table import ModelConfig, ModelTable  # noqa: E402
 from tests.agents.agents import Target, make_agent  # noqa: E402
 from tests.agents.script import conversation  # noqa: E402
 from tests.servers import run_uvicorn  # noqa: E402

@@ -25,7 +25,7 @@ import orjson
 from starlette.responses import Response
 
 from gateway.apis.anthropic import errors as anthropic_errors
-from gateway.apis.anthropic.request import Translated, dumps, translate
+from gateway.apis.anthropic.request import Translated, translate
 from gateway.apis.anthropic.stream import AnthropicStream, stop_reason
 from gateway.apis.anthropic.think import split_whole
 from gateway.errors import GatewayError
@@ -34,6 +34,7 @@ from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
 from gateway.proxy.dialect import ClientStream
 from gateway.proxy.translation import native
+from gateway.proxy.translation.body import dumps
 from gateway.proxy.translation.native import NativeCall
 from gateway.proxy.usage import InvalidUsage, parse_usage
 from gateway.proxy.worker_protocols import WorkerProtocol
@@ -83,13 +84,26 @@ class MessagesCall:
     def estimated_prompt_tokens(self) -> int:
         return self.request.prompt_estimate
 
-    def worker_body(self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None) -> bytes:
+    @property
+    def client_salt(self) -> str | None:
+        return None  # the translation sends the worker no field of the client's it does not know
+
+    def worker_body(
+        self,
+        wire_model: str,
+        *,
+        continuous_usage: bool,
+        max_tokens: int | None,
+        cache_salt: str | None = None,
+    ) -> bytes:
         """The output cap admission reserved. On a stream, usage is always asked for: the
         client's `message_delta` carries it, and cumulative on every chunk it meters a client
         that leaves mid-stream exactly."""
         payload: dict[str, Any] = {"model": wire_model, **self.request.chat, "stream": self.stream}
         if max_tokens is not None:
             payload["max_tokens"] = max_tokens
+        if cache_salt is not None:
+            payload["cache_salt"] = cache_salt
         if self.stream:
             options: dict[str, bool] = {"include_usage": True}
             if continuous_usage:

@@ -29,10 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.translation.body import field_error, model_of, open_body
+from gateway.proxy.translation.body import dumps, field_error, model_of, open_body
 from gateway.proxy.translation.chat_shape import fold_chat
 from gateway.proxy.translation.ignored import Dropped
 from gateway.proxy.usage import MAX_TOKENS
@@ -139,16 +136,6 @@ def translate(raw: bytes, *, needs_max_tokens: bool = True) -> Translated:
         prompt_estimate=max(1, len(dumps(estimate_of)) // 4),
         ignored=dropped.done(),
     )
-
-
-def dumps(value: Any) -> bytes:
-    """orjson reads JSON nested 1,024 deep but writes only 254: deeper is the client's mistake."""
-    try:
-        return orjson.dumps(value)
-    except orjson.JSONEncodeError:
-        raise GatewayError(
-            ErrorCode.INVALID_REQUEST, "The request body is nested too deeply (at most 254 levels)."
-        ) from None
 
 
 def _is_int(value: Any) -> bool:

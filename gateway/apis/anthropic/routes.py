@@ -2,6 +2,8 @@
 `POST /v1/messages/count_tokens`: the worker's own tokenizer where the model's workers serve
 vLLM's `POST /tokenize` (`tokenize: true`), else, or when that call fails, the gateway's estimate
 (the one its token limits reserve). `x-sluicegate-token-count` says which: `worker` or `estimate`.
+A worker's count costs a worker call: it counts against the key's request limits (the gate's
+`worker_call`); an estimate costs nothing.
 
 Both answer with a `request-id` header, where Anthropic's SDKs look for it (their errors carry
 it): the gateway's own request id, the one in its access log and usage record.
@@ -63,13 +65,16 @@ class CountTokens:
     async def _count(self, request: Request, ctx: RequestContext) -> Response:
         state = app_state(request.scope)
         gate, settings = state["gate"], state["settings"]
-        key = (await gate.caller(request, ctx)).key
+        principal = await gate.caller(request, ctx)
         body = await read_body(request, settings.max_body_bytes, settings.body_timeout_s)
         parsed = translate(body, needs_max_tokens=False)
         ctx.ignored = parsed.ignored  # named in x-sluicegate-ignored, as on /v1/messages
         ctx.requested_model = parsed.model
-        route = gate.model(key, parsed.model, ctx)
-        counted = await self._worker_count(request, route, parsed.chat) if route.model.tokenize else None
+        route = gate.model(principal.key, parsed.model, ctx)
+        counted = None
+        if route.model.tokenize:  # a worker call: under the key's request limits
+            async with gate.worker_call(principal, ctx):
+                counted = await self._worker_count(request, route, parsed.chat)
         return Response(
             orjson.dumps({"input_tokens": parsed.prompt_estimate if counted is None else counted}),
             media_type="application/json",

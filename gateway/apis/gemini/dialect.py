@@ -21,7 +21,6 @@ from typing import Any
 from starlette.responses import Response
 
 from gateway.apis.gemini import answer, errors
-from gateway.apis.gemini.fields import dumps, load
 from gateway.apis.gemini.request import Translated, translate
 from gateway.apis.gemini.stream import GeminiStream
 from gateway.errors import GatewayError
@@ -29,6 +28,7 @@ from gateway.limits.admission import Admission
 from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
 from gateway.proxy.dialect import ClientStream
+from gateway.proxy.translation.body import dumps, open_body
 from gateway.proxy.worker_protocols import WorkerProtocol
 
 NAME = "gemini"
@@ -74,13 +74,26 @@ class GeminiCall:
     def estimated_prompt_tokens(self) -> int:
         return self.request.prompt_estimate
 
-    def worker_body(self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None) -> bytes:
+    @property
+    def client_salt(self) -> str | None:
+        return None  # the translation sends the worker no field of the client's it does not know
+
+    def worker_body(
+        self,
+        wire_model: str,
+        *,
+        continuous_usage: bool,
+        max_tokens: int | None,
+        cache_salt: str | None = None,
+    ) -> bytes:
         """The output cap admission reserved. On a stream, usage is always asked for: the last
         chunk's usageMetadata carries it, and cumulative on every chunk it meters a client that
         leaves mid-stream exactly."""
         payload: dict[str, Any] = {"model": wire_model, **self.request.chat, "stream": self.stream}
         if max_tokens is not None:
             payload["max_tokens"] = max_tokens
+        if cache_salt is not None:
+            payload["cache_salt"] = cache_salt
         if self.stream:
             options: dict[str, bool] = {"include_usage": True}
             if continuous_usage:
@@ -105,7 +118,7 @@ class GeminiDialect:
 
     def parse(self, raw: bytes, native_models: Collection[str] = ()) -> GeminiCall:
         # No worker speaks Gemini's API itself: always translated.
-        return GeminiCall(translate(load(raw), self.model), self.streaming)
+        return GeminiCall(translate(open_body(raw), self.model), self.streaming)
 
     def stream(self, call: GeminiCall, answer_name: str) -> ClientStream:
         return GeminiStream(

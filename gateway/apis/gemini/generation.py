@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.apis.gemini.fields import camel, field_error, get, is_int, is_number
+from gateway.apis.gemini.fields import camel, get, is_int, is_number
 from gateway.apis.gemini.schema import json_schema
+from gateway.proxy.translation.body import field_error
 from gateway.proxy.translation.ignored import Dropped
 from gateway.proxy.usage import MAX_TOKENS
 

@@ -25,10 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.apis.gemini.fields import camel, dumps, field_error, get
+from gateway.apis.gemini.fields import camel, get
 from gateway.apis.gemini.generation import generation
 from gateway.apis.gemini.tools import functions as tool_functions
 from gateway.apis.gemini.tools import tool_config
+from gateway.proxy.translation.body import dumps, field_error
 from gateway.proxy.translation.chat_shape import fold_chat
 from gateway.proxy.translation.ignored import Dropped
 

@@ -25,13 +25,13 @@ from starlette.types import Message, Receive, Scope, Send
 
 from gateway.apis.gemini import errors
 from gateway.apis.gemini.dialect import NAME, GeminiDialect
-from gateway.apis.gemini.fields import field_error, load
 from gateway.apis.gemini.request import translate
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.body import read_body
 from gateway.http.context import CLIENT_CLOSED, RequestContext
 from gateway.proxy.prompt_count import tokenize_body, worker_prompt_tokens
 from gateway.proxy.translation import ignored
+from gateway.proxy.translation.body import field_error, open_body
 from gateway.proxy.worker_errors import sanitised
 from gateway.routing.router import ModelRoute
 from gateway.state import app_state
@@ -113,16 +113,19 @@ async def _count(request: Request, ctx: RequestContext, model: str) -> Response:
     """Checked like generateContent (the key must be allowed the model)."""
     state = app_state(request.scope)
     gate, settings = state["gate"], state["settings"]
-    key = (await gate.caller(request, ctx)).key
+    principal = await gate.caller(request, ctx)
     ctx.requested_model = model
-    body = load(await read_body(request, settings.max_body_bytes, settings.body_timeout_s))
+    body = open_body(await read_body(request, settings.max_body_bytes, settings.body_timeout_s))
     inner = body.get("generateContentRequest", body.get("generate_content_request"))
     if inner is not None and not isinstance(inner, dict):
         raise field_error("generateContentRequest", "must be an object")
     parsed = translate(inner if isinstance(inner, dict) else body, model)
     ctx.ignored = parsed.ignored  # named in x-sluicegate-ignored, as on generateContent
-    route = gate.model(key, model, ctx)
-    counted = await _worker_count(request, route, parsed.chat) if route.model.tokenize else None
+    route = gate.model(principal.key, model, ctx)
+    counted = None
+    if route.model.tokenize:  # a worker call: under the key's request limits
+        async with gate.worker_call(principal, ctx):
+            counted = await _worker_count(request, route, parsed.chat)
     return Response(
         orjson.dumps({"totalTokens": parsed.prompt_estimate if counted is None else counted}),
         media_type="application/json",

@@ -8,6 +8,11 @@ A function call goes out whole (Gemini's `args` is an object, not fragments of o
 last chunk: that one carries every candidate's function calls, `finishReason` and the
 `usageMetadata` of the worker's last cumulative report, the counts the request is metered with.
 A failure after the stream began ends it with Google's error object in place of a chunk.
+
+What is held until the end is bounded, whatever the worker sends: at most MAX_CANDIDATES
+candidate indexes (what a request may ask for), MAX_CALLS tool calls a candidate and
+MAX_HELD_CHARS characters of arguments in all. Past any, the stream ends with Google's error
+object (the relay's, through StreamTooLarge).
 """
 
 from __future__ import annotations
@@ -18,16 +23,32 @@ import orjson
 
 from gateway.apis.gemini import answer
 from gateway.apis.gemini.errors import error_body
+from gateway.apis.gemini.generation import MAX_CANDIDATES
 from gateway.errors import GatewayError
+from gateway.proxy.dialect import StreamTooLarge
 
 _SSE_END = b"\r\n\r\n"
+MAX_CALLS = 128
+_MAX_NAME = 256  # an id's or a name's characters kept (each is held until the end)
+# A whole answer's tool calls in 4 MiB of arguments (at least: a character is a byte or more):
+# four times the largest worker event relayed by default (SLUICEGATE_MAX_EVENT_BYTES).
+MAX_HELD_CHARS = 4 * 1024 * 1024
+
+
+class _Call:
+    __slots__ = ("arguments", "call_id", "name")
+
+    def __init__(self) -> None:
+        self.call_id = ""
+        self.name = ""
+        self.arguments: list[str] = []  # fragments, joined once at the end
 
 
 class _Candidate:
     __slots__ = ("calls", "finish")
 
     def __init__(self) -> None:
-        self.calls: dict[int, list[str]] = {}  # the worker's tool-call index -> [id, name, arguments]
+        self.calls: dict[int, _Call] = {}  # by the worker's tool-call index
         self.finish: str | None = None
 
 
@@ -35,6 +56,7 @@ class GeminiStream:
     __slots__ = (
         "_candidates",
         "_completion",
+        "_held",
         "_include_thoughts",
         "_model_version",
         "_prompt",
@@ -56,6 +78,7 @@ class GeminiStream:
         self._thoughts = 0
         self._started = False
         self._candidates: dict[int, _Candidate] = {}
+        self._held = 0  # characters of arguments held
 
     def event(self, chunk: dict[str, Any], data: bytes, raw: bytes) -> bytes:
         usage = chunk.get("usage")
@@ -68,7 +91,11 @@ class GeminiStream:
                 continue
             index = choice.get("index")
             index = index if type(index) is int else 0
-            candidate = self._candidates.setdefault(index, _Candidate())
+            candidate = self._candidates.get(index)
+            if candidate is None:
+                if len(self._candidates) >= MAX_CANDIDATES:
+                    raise StreamTooLarge
+                candidate = self._candidates[index] = _Candidate()
             delta = choice.get("delta")
             parts = self._parts(delta, candidate) if isinstance(delta, dict) else []
             finish = choice.get("finish_reason")
@@ -83,7 +110,10 @@ class GeminiStream:
     def done(self) -> bytes:
         candidates = []
         for index, candidate in sorted((self._candidates or {0: _Candidate()}).items()):
-            parts = [answer.function_call(*call) for _, call in sorted(candidate.calls.items())]
+            parts = [
+                answer.function_call(call.call_id, call.name, "".join(call.arguments))
+                for _, call in sorted(candidate.calls.items())
+            ]
             candidates.append(
                 {
                     # No parts left to say: an empty model turn, as Google's last chunks have.
@@ -132,21 +162,27 @@ class GeminiStream:
                 self._tool_call(call, candidate)
         return parts
 
-    @staticmethod
-    def _tool_call(call: dict[str, Any], candidate: _Candidate) -> None:
+    def _tool_call(self, call: dict[str, Any], candidate: _Candidate) -> None:
         """Gathered until the end: fragments of arguments make no `args` object before then."""
         position = call.get("index", 0)
         position = position if type(position) is int else 0
         function = call.get("function")
         function = function if isinstance(function, dict) else {}
-        held = candidate.calls.setdefault(position, ["", "", ""])
+        held = candidate.calls.get(position)
+        if held is None:
+            if len(candidate.calls) >= MAX_CALLS:
+                raise StreamTooLarge
+            held = candidate.calls[position] = _Call()
         call_id, name, fragment = call.get("id"), function.get("name"), function.get("arguments")
-        if isinstance(call_id, str) and call_id and not held[0]:
-            held[0] = call_id
-        if isinstance(name, str) and name and not held[1]:
-            held[1] = name
-        if isinstance(fragment, str):
-            held[2] += fragment
+        if isinstance(call_id, str) and call_id and not held.call_id:
+            held.call_id = call_id[:_MAX_NAME]
+        if isinstance(name, str) and name and not held.name:
+            held.name = name[:_MAX_NAME]
+        if isinstance(fragment, str) and fragment:
+            self._held += len(fragment)
+            if self._held > MAX_HELD_CHARS:
+                raise StreamTooLarge
+            held.arguments.append(fragment)
 
     def _note_usage(self, usage: dict[str, Any]) -> None:
         # Checked as the relay checks it (gateway.proxy.usage): a count that is no count is ignored.

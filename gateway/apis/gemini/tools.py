@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.apis.gemini.fields import camel, field_error, get
+from gateway.apis.gemini.fields import camel, get
 from gateway.apis.gemini.schema import json_schema
+from gateway.proxy.translation.body import field_error
 from gateway.proxy.translation.ignored import Dropped
 
 _MODES = {"AUTO": "auto", "VALIDATED": "auto", "MODE_UNSPECIFIED": "auto", "ANY": "required", "NONE": "none"}

@@ -16,13 +16,14 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import GatewayError
 from gateway.limits.admission import Admission, LimitKind
 from gateway.limits.output import NO_OUTPUT, AskedOutput
 from gateway.proxy import worker_protocols
+from gateway.proxy.cache_salt import client_salt, salted
 from gateway.proxy.engine_ids import names_engine_ids, without_engine_ids
+from gateway.proxy.translation.body import dumps, model_of, open_body
 from gateway.proxy.translation.body import field_error as _field_error
-from gateway.proxy.translation.body import model_of, open_body
 from gateway.proxy.usage import MAX_TOKENS
 from gateway.proxy.worker_protocols import WorkerProtocol
 
@@ -48,6 +49,7 @@ class OpenAICall:
     wants_continuous_usage: bool  # ... and for usage on every chunk
     prompt_estimate: int  # ~4 characters a token
     is_embeddings: bool = False
+    client_salt: str | None = None  # the client's own cache_salt, checked (gateway.proxy.cache_salt)
 
     @property
     def worker_path(self) -> str:
@@ -70,26 +72,45 @@ class OpenAICall:
         user = self.payload.get("user")
         return user if isinstance(user, str) else None
 
-    def worker_body(self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None) -> bytes:
+    def worker_body(
+        self,
+        wire_model: str,
+        *,
+        continuous_usage: bool,
+        max_tokens: int | None,
+        cache_salt: str | None = None,
+    ) -> bytes:
         """The worker's name for the model, the output cap admission reserved (in the field the
-        client used, `max_tokens` if none), and on a stream usage always on (cumulative on every
-        chunk where the worker supports it: exact metering when a client leaves mid-stream).
-        Unchanged bytes when there is nothing to change."""
+        client used, `max_tokens` if none), the gateway's `cache_salt` in place of the client's
+        (embeddings get none), and on a stream usage always on (cumulative on every chunk where
+        the worker supports it: exact metering when a client leaves mid-stream). Unchanged bytes
+        when there is nothing to change."""
         caps: dict[str, int] = {}
         if max_tokens is not None:
             given = [name for name in _CAP_FIELDS if self.payload.get(name) is not None] or ["max_tokens"]
             caps = {name: max_tokens for name in given if self.payload.get(name) != max_tokens}
-        if not self.stream and self.model == wire_model and not caps and not names_engine_ids(self.payload):
-            return self.raw
+        salt = None if self.is_embeddings else cache_salt
+        if (
+            not self.stream
+            and self.model == wire_model
+            and not caps
+            and self.client_salt is None
+            and not names_engine_ids(self.payload)
+        ):
+            # The salt is URL-safe text, so it is appended to the client's bytes, not re-encoded.
+            return self.raw if salt is None else salted(self.raw, salt)
         payload = {**without_engine_ids(self.payload), **caps}
         payload["model"] = wire_model
+        payload.pop("cache_salt", None)
+        if salt is not None:
+            payload["cache_salt"] = salt
         if self.stream:
             options = dict(self.payload.get("stream_options") or {})
             options["include_usage"] = True
             if continuous_usage:
                 options["continuous_usage_stats"] = True
             payload["stream_options"] = options
-        return _dumps(payload)
+        return dumps(payload)
 
     def asked_output(self) -> AskedOutput:
         """The cap per answer the client set (`max_completion_tokens` before `max_tokens`), and
@@ -216,6 +237,7 @@ class OpenAIDialect:
             # The tool schemas are prompt too (an agent's can outweigh its messages).
             prompt_estimate=_estimate(payload[self.input_field]) + _estimate(payload.get("tools")),
             is_embeddings=not self.can_stream,
+            client_salt=client_salt(payload),
         )
 
     def _check_input(self, value: Any) -> None:
@@ -275,16 +297,5 @@ COMPLETIONS = OpenAIDialect("completions", COMPLETIONS_PATH, "prompt", can_strea
 EMBEDDINGS = OpenAIDialect("embeddings", "/v1/embeddings", "input", can_stream=False)
 
 
-def _dumps(value: Any) -> bytes:
-    """orjson reads JSON nested 1,024 deep but writes only 254: a body in between is the
-    client's mistake, not the gateway's."""
-    try:
-        return orjson.dumps(value)
-    except orjson.JSONEncodeError:
-        raise GatewayError(
-            ErrorCode.INVALID_REQUEST, "The request body is nested too deeply (at most 254 levels)."
-        ) from None
-
-
 def _estimate(text: Any) -> int:
-    return max(1, len(_dumps(text)) // 4) if text else 0
+    return max(1, len(dumps(text)) // 4) if text else 0

@@ -15,7 +15,7 @@ from typing import Any
 from gateway.apis.responses import request as req
 from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
-from gateway.proxy.translation.body import field_error, model_of, open_body
+from gateway.proxy.translation.body import dumps, field_error, model_of, open_body
 from gateway.proxy.translation.ignored import Dropped
 from gateway.proxy.translation.tool_names import ToolNames
 from gateway.proxy.usage import InvalidUsage, Usage, parse_usage
@@ -57,10 +57,23 @@ class ResponsesCall:
         user = self.chat.get("user")
         return user if isinstance(user, str) else None
 
-    def worker_body(self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None) -> bytes:
+    @property
+    def client_salt(self) -> str | None:
+        return None  # the translation sends the worker no field of the client's it does not know
+
+    def worker_body(
+        self,
+        wire_model: str,
+        *,
+        continuous_usage: bool,
+        max_tokens: int | None,
+        cache_salt: str | None = None,
+    ) -> bytes:
         body: dict[str, Any] = {"model": wire_model, **self.chat, "stream": self.stream}
         if max_tokens is not None:
             body["max_tokens"] = max_tokens  # the cap admission reserved
+        if cache_salt is not None:
+            body["cache_salt"] = cache_salt
         if self.stream:
             # The final usage report is what response.completed tells the client; cumulative
             # usage on every chunk meters a client that leaves mid-stream exactly.
@@ -68,7 +81,7 @@ class ResponsesCall:
             if continuous_usage:
                 options["continuous_usage_stats"] = True
             body["stream_options"] = options
-        return req.dumps(body)
+        return dumps(body)
 
     def asked_output(self) -> AskedOutput:
         cap = self.chat.get("max_tokens")  # from max_output_tokens
@@ -114,7 +127,7 @@ def _echo(payload: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
         "user": user if isinstance(user, str) else None,
         "metadata": metadata if isinstance(metadata, dict) else {},
     }
-    req.dumps(echo)  # a value orjson cannot write is the client's 400 now, not a 500 later
+    dumps(echo)  # a value orjson cannot write is the client's 400 now, not a 500 later
     return echo
 
 
@@ -129,7 +142,7 @@ def parse_call(raw: bytes) -> ResponsesCall:
     fields, names = req.chat_fields(payload, dropped)
     chat = {"messages": req.messages(payload, names, dropped), **fields}
     # Re-encoded once here: a body orjson cannot write is refused before admission.
-    size = len(req.dumps(chat))
+    size = len(dumps(chat))
     return ResponsesCall(
         model, bool(stream), chat, max(1, size // 4), _echo(payload, chat), names, dropped.done()
     )

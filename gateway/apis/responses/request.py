@@ -31,9 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import GatewayError
 from gateway.proxy.translation import chat_shape
 from gateway.proxy.translation.body import field_error
 from gateway.proxy.translation.ignored import Dropped
@@ -71,19 +69,6 @@ _STORED_ONLY = (
     ("previous_response_id", "continues a stored response"),
     ("conversation", "continues a stored conversation"),
 )
-
-
-def dumps(value: Any) -> bytes:
-    """orjson reads JSON nested 1,024 deep but writes only 254 (and no integer past 64 bits): a
-    body beyond either is the client's mistake, not the gateway's."""
-    try:
-        return orjson.dumps(value)
-    except orjson.JSONEncodeError:
-        raise GatewayError(
-            ErrorCode.INVALID_REQUEST,
-            "The request body holds a value the gateway cannot re-encode (nested too deeply, or an "
-            "integer beyond 64 bits).",
-        ) from None
 
 
 def _stored_error(param: str, what: str) -> GatewayError:

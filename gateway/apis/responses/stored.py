@@ -5,7 +5,10 @@ Only a native Responses pool stores responses, each in the worker process that m
 goes to that endpoint (gateway.routing.stored_responses), for the team that made the response
 only. An id that is unknown, another team's, or of a model the key may not use is the same 404,
 so a key learns nothing about the ids of others. The caller is authenticated first: without a
-valid key the answer is 401. These calls generate nothing: no limit is charged, nothing metered.
+valid key the answer is 401. These calls generate nothing, but each costs the worker a call: they
+count against the key's requests per minute and concurrent requests (gateway.proxy.request_limits),
+never its token limits or budgets, and nothing is metered. The worker's answer is read up to
+`_MAX_ANSWER_BYTES`; a larger one is a 502, not memory the gateway holds.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from gateway.proxy.worker_errors import worker_failure
 from gateway.routing.stored_responses import RESPONSE_ID_RE
 from gateway.state import app_state
 
-_MAX_ANSWER_BYTES = 64 * 1024 * 1024
+# A stored response or its input items: a 128k-token conversation is a few MB of JSON, parsed and
+# written again here; a worker answering more is broken, not a conversation.
+_MAX_ANSWER_BYTES = 16 * 1024 * 1024
 # input_items' paging parameters, the only query a worker is sent.
 _QUERY = ("after", "before", "limit", "order", "include", "include[]")
 
@@ -44,13 +49,15 @@ async def _stored(request: Request, method: str, suffix: str = "") -> Response:
     ctx.api = "responses"
     state = app_state(request.scope)
     gate = state["gate"]
-    key = (await gate.caller(request, ctx)).key
+    principal = await gate.caller(request, ctx)
+    key = principal.key
     response_id: str = request.path_params["response_id"]
     if not RESPONSE_ID_RE.fullmatch(response_id):
         raise _unknown(response_id[:128])
     stored = state["stored"]
     holder = await stored.find(response_id)
-    if holder is None or holder.team != key.team or not key.may_use(holder.model):
+    # Bound to the team's id, not its name: a team re-created under a deleted one's name reads none.
+    if holder is None or holder.team != principal.team_id or not key.may_use(holder.model):
         raise _unknown(response_id)
     ctx.model = holder.model
     pool = state["router"].pool(holder.pool)
@@ -64,15 +71,16 @@ async def _stored(request: Request, method: str, suffix: str = "") -> Response:
         url += "?" + urlencode(query)
     upstream = state["upstream"]
     timeouts = pool.model.timeouts
-    answer = await upstream.call_endpoint(
-        method,
-        url,
-        body=b"" if method == "POST" else None,
-        headers={"x-request-id": ctx.request_id},
-        connect_s=timeouts.connect,
-        total_s=timeouts.idle,
-        max_bytes=_MAX_ANSWER_BYTES,
-    )
+    async with gate.worker_call(principal, ctx):
+        answer = await upstream.call_endpoint(
+            method,
+            url,
+            body=b"" if method == "POST" else None,
+            headers={"x-request-id": ctx.request_id},
+            connect_s=timeouts.connect,
+            total_s=timeouts.idle,
+            max_bytes=_MAX_ANSWER_BYTES,
+        )
     if answer.status != 200:
         raise worker_failure(holder.model, answer.status, answer.body, answer.headers)
     try:

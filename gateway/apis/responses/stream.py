@@ -32,6 +32,7 @@ import orjson
 from gateway.apis.responses import call as shape
 from gateway.apis.responses.call import ResponsesCall
 from gateway.errors import GatewayError
+from gateway.proxy.dialect import StreamTooLarge
 from gateway.proxy.translation.tool_names import ToolNames
 from gateway.proxy.usage import Usage
 
@@ -41,6 +42,10 @@ def _event_head(kind: str) -> bytes:
     return b"event: " + kind.encode() + b'\ndata: {"type":"' + kind.encode() + b'","sequence_number":'
 
 
+# What one stream may hold for its .done events and final response: far past any real answer
+# (its tokens are capped), reached only by a worker that ignores its cap.
+MAX_HELD_CHARS = 32 * 1024 * 1024
+MAX_ITEMS = 4096
 _TEXT_DELTA = _event_head("response.output_text.delta")
 _TEXT_DELTA_END = b',"logprobs":[]}\n\n'
 _REASONING_DELTA = _event_head("response.reasoning_text.delta")
@@ -79,6 +84,7 @@ class ResponsesStream:
         "_final",
         "_finish",
         "_generated",
+        "_held",
         "_items",
         "_last",
         "_open",
@@ -92,6 +98,7 @@ class ResponsesStream:
         self._response = call.skeleton(answer_name, shape.new_id("resp"), shape.now())
         self._seq = 0
         self._items: list[_Item] = []
+        self._held = 0  # characters of text and arguments kept for the .done events and the end
         self._open: _Item | None = None  # the text or reasoning item being written
         self._calls: dict[int, _Item] = {}  # open function calls by the worker's tool index
         self._finish: str | None = None
@@ -175,9 +182,18 @@ class ResponsesStream:
                 if isinstance(call, dict):
                     self._tool_call(call, out)
 
+    def _hold(self, text: str) -> None:
+        """Everything streamed is kept until the end (the .done events and the final response
+        repeat it): a worker that never stops must not grow the gateway without bound."""
+        self._held += len(text)
+        if self._held > MAX_HELD_CHARS:
+            raise StreamTooLarge
+
     def _open_item(
         self, kind: str, prefix: str, out: list[bytes], call_id: str = "", name: str = ""
     ) -> _Item:
+        if len(self._items) >= MAX_ITEMS:
+            raise StreamTooLarge
         item = _Item(
             kind, len(self._items), shape.new_id(prefix), call_id=call_id, name=name, names=self._call.names
         )
@@ -194,6 +210,7 @@ class ResponsesStream:
             item = self._open = self._open_item(kind, "msg" if kind == "message" else "rs", out)
             part = shape.text_part("") if kind == "message" else shape.reasoning_part("")
             out.append(self._emit("response.content_part.added", **self._where(item), part=part))
+        self._hold(text)
         item.text.append(text)
         # self._emit("response.output_text.delta", **self._where(item), delta=text, logprobs=[]), or
         # ("response.reasoning_text.delta", **self._where(item), delta=text): the same bytes, from
@@ -235,6 +252,7 @@ class ResponsesStream:
             item.name = function["name"]  # a worker that names the call after its first chunk
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
+            self._hold(arguments)
             item.text.append(arguments)
             out.append(
                 self._emit(

@@ -18,8 +18,8 @@ import dataclasses
 import math
 from typing import Any, TypeVar
 
-from gateway.config import ModelConfig
 from gateway.errors import ErrorCode, GatewayError
+from gateway.model_table import ModelConfig
 from gateway.proxy import worker_protocols
 from gateway.proxy.dialect import Call
 from gateway.proxy.translation import chat_shape

@@ -22,6 +22,7 @@ import orjson
 from gateway.errors import GatewayError
 from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
+from gateway.proxy.cache_salt import client_salt
 from gateway.proxy.engine_ids import without_engine_ids
 from gateway.proxy.translation.body import field_error as _field_error
 from gateway.proxy.translation.body import open_body
@@ -64,6 +65,7 @@ class NativeCall:
     # and the flat names of namespaced tools, named back in answers and events.
     ignored: tuple[str, ...] = ()
     names: ToolNames | None = None
+    client_salt: str | None = None  # the client's own cache_salt, checked (gateway.proxy.cache_salt)
 
     @property
     def cap_field(self) -> str:
@@ -76,11 +78,23 @@ class NativeCall:
     def estimated_prompt_tokens(self) -> int:
         return self.prompt_estimate
 
-    def worker_body(self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None) -> bytes:
-        """The body as sent but for the model and the output cap admission reserved (in the
-        API's own field). Re-encoded from what orjson parsed, so it can always be written again."""
+    def worker_body(
+        self,
+        wire_model: str,
+        *,
+        continuous_usage: bool,
+        max_tokens: int | None,
+        cache_salt: str | None = None,
+    ) -> bytes:
+        """The body as sent but for the model, the output cap admission reserved (in the API's
+        own field) and the gateway's `cache_salt` in place of the client's. Re-encoded from what
+        orjson parsed, so it can always be written again."""
         caps: dict[str, int] = {} if max_tokens is None else {self.cap_field: max_tokens}
-        return orjson.dumps({**without_engine_ids(self.body), "model": wire_model, **caps})
+        body = {**without_engine_ids(self.body), "model": wire_model, **caps}
+        body.pop("cache_salt", None)
+        if cache_salt is not None:
+            body["cache_salt"] = cache_salt
+        return orjson.dumps(body)
 
 
 def _common(payload: dict[str, Any], cap_field: str) -> tuple[str, bool, int | None]:
@@ -115,6 +129,7 @@ def messages_call(payload: dict[str, Any]) -> NativeCall:
         protocol=worker_protocols.MESSAGES,
         max_tokens=cap,
         prompt_estimate=_estimate(payload),
+        client_salt=client_salt(payload),
     )
 
 
@@ -142,6 +157,7 @@ def responses_call(payload: dict[str, Any]) -> NativeCall:
         max_tokens=cap,
         prompt_estimate=_estimate(payload),
         continues=previous,
+        client_salt=client_salt(payload),
     )
 
 
@@ -159,9 +175,11 @@ def peek(raw: bytes) -> dict[str, Any]:
 
 
 def named(answer: dict[str, Any], answer_name: str) -> dict[str, Any]:
-    """The worker's object with the client's name for the model."""
+    """The worker's object with the client's name for the model, and without the salt the
+    gateway set, should the worker echo its request (a salt the client could replay elsewhere)."""
     if "model" in answer:
         answer["model"] = answer_name
+    answer.pop("cache_salt", None)
     return answer
 
 

@@ -203,6 +203,7 @@ plus what templates derive from it: {"models": [ {..., "_slug", "_resourceName",
 {{- if .tokenize }}{{ $_ := set $entry "tokenize" true }}{{ end -}}
 {{- if .native_normalise }}{{ $_ := set $entry "native_normalise" true }}{{ end -}}
 {{- if .hosted_tools }}{{ $_ := set $entry "hosted_tools" .hosted_tools }}{{ end -}}
+{{- if .cache_isolation }}{{ $_ := set $entry "cache_isolation" .cache_isolation }}{{ end -}}
 {{- if .price }}{{ $_ := set $entry "price" .price }}{{ end -}}
 {{- $entries = append $entries $entry -}}
 {{- end -}}

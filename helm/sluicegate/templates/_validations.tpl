@@ -23,6 +23,9 @@ what to do, before anything reaches the cluster. Rendered from validations.yaml.
 {{- if and $v.redis.auth.existingSecret $v.redis.auth.password -}}
 {{- $errors = append $errors "redis.auth.password and redis.auth.existingSecret are both set: give one" -}}
 {{- end -}}
+{{- if and $v.gateway.adminPort (eq (int $v.gateway.adminPort) (int $v.gateway.port)) -}}
+{{- $errors = append $errors (printf "gateway.adminPort is gateway.port (%d): give the admin plane a port of its own, or 0 to serve it on gateway.port" (int $v.gateway.port)) -}}
+{{- end -}}
 {{- if and $v.auth.existingSecret $v.auth.adminToken -}}
 {{- $errors = append $errors "auth.adminToken and auth.existingSecret are both set: give one" -}}
 {{- end -}}

@@ -1,0 +1,108 @@
+"""A worker's whole answer (a request that does not stream, or a stream request the worker
+refused): read in full within its deadline and size, checked, and told to the client in its API's
+body. The pipeline's `relay` step for an answer that is not a stream (gateway.proxy.relay relays
+one that is); what it learns goes into the settlement's `Outcome`, as the relay's does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.errors import ErrorCode, Failure, GatewayError
+from gateway.http.context import CLIENT_CLOSED
+from gateway.model_table import ModelConfig
+from gateway.proxy.dialect import Call, Dialect
+from gateway.proxy.disconnect import client_abort
+from gateway.proxy.relay import read_whole
+from gateway.proxy.remembering import Remembering
+from gateway.proxy.settlement import Settlement
+from gateway.proxy.upstream import UpstreamResponse
+from gateway.proxy.usage import InvalidUsage
+from gateway.proxy.worker_errors import worker_failure
+
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+
+
+async def read(
+    upstream: UpstreamResponse, model: ModelConfig, head_deadline: float, *, stream: bool
+) -> bytes:
+    """A whole answer (or a stream request's error answer, within the idle timeout)."""
+    deadline = asyncio.get_running_loop().time() + model.timeouts.idle if stream else head_deadline
+    done = False
+    try:
+        body = await read_whole(upstream, deadline=deadline, max_bytes=MAX_ANSWER_BYTES)
+        done = True
+        return body
+    finally:
+        # Read whole, the connection goes back to the pool; cut short, it is dropped, which
+        # is what makes an engine stop generating.
+        if done:
+            upstream.release()
+        else:
+            upstream.close()
+
+
+async def answer(
+    dialect: Dialect[Any],
+    call: Call,
+    upstream: UpstreamResponse,
+    body: bytes,
+    settlement: Settlement,
+    *,
+    requested: ModelConfig,
+    answer_name: str,
+    headers: Mapping[str, str],
+    remember: Remembering | None,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+) -> None:
+    """The client's answer from the worker's `body`; a worker's refusal, or an answer that is no
+    JSON object, raises the GatewayError the client gets instead."""
+    ctx, outcome, response = settlement.ctx, settlement.outcome, upstream.response
+    if response.status != 200:
+        outcome.error_reason, outcome.error_status = Failure.STATUS, response.status
+        raise worker_failure(
+            requested.name,
+            response.status,
+            body,
+            response.headers,
+            pool=upstream.pool.name,
+            endpoint=ctx.endpoint,
+        )
+    try:
+        parsed: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        outcome.error_reason = Failure.INVALID_JSON
+        raise GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker answered with invalid JSON.")
+    try:
+        outcome.finish_reason = call.protocol.finish_reason(parsed)
+        outcome.usage = call.protocol.usage(parsed)
+    except InvalidUsage:
+        outcome.invalid_usage = True
+        outcome.estimated_completion = dialect.estimated_completion_tokens(parsed)
+    stored_id = call.protocol.stored_id(parsed)
+    if stored_id is not None and remember is not None:
+        await remember(stored_id)
+    content = dialect.whole(call, parsed, body, answer_name)
+    try:
+        # uvicorn's send waits while the client's socket buffer is full: a client that stops
+        # reading must not hold its request (and its limits) open forever.
+        async with asyncio.timeout(requested.timeouts.idle):
+            await Response(content, headers=dict(headers), media_type="application/json")(
+                scope, receive, send
+            )
+    except TimeoutError:
+        outcome.disconnected = True
+        ctx.status = CLIENT_CLOSED
+        abort = client_abort(scope)
+        if abort is not None:
+            abort()
