@@ -47,6 +47,11 @@ class Settings:
     # teams and worker URLs); None: open, as Prometheus scrapes by default.
     metrics_token: str | None = None
     max_body_bytes: int = 10 * 1024 * 1024
+    # What one body may hold, refused with a 400 before anything walks it: the byte limit alone lets
+    # 240,000 tiny messages cost the event loop half a second (gateway/proxy/translation/bounds.py).
+    max_messages: int = 20_000  # messages / input items / contents
+    max_content_parts: int = 2_000  # in one message
+    max_tools: int = 2_000
     key_cache_ttl_s: float = 1.0
     redis_timeout_s: float = 2.0
     redis_max_connections: int = 256
@@ -66,7 +71,7 @@ class Settings:
     kubernetes_namespaces: tuple[str, ...] = ()  # empty: the namespace the gateway runs in
     # Outside a pod, discovery reads this kubeconfig (standard KUBECONFIG; default ~/.kube/config).
     kubeconfig: str | None = None
-    # Bounds on what one client connection may hold (gateway/edge/; README "Limits and timeouts").
+    # Bounds on what one client connection may hold (gateway/edge/; docs/limits.md, "Limits and timeouts").
     max_header_bytes: int = 32 * 1024  # the whole request head; more gets 431 and a close
     header_timeout_s: float = 10.0  # a connection must complete its request head within this
     body_timeout_s: float = 30.0  # the whole request body must arrive within this: 408
@@ -81,6 +86,10 @@ class Settings:
     drain_timeout_s: float = 30.0
     # A stream quiet this long gets its API's keep-alive event (Anthropic's `ping`).
     stream_ping_interval_s: float = 15.0
+    # A stream's write that the client leaves unread this long (or the model's `idle`, if shorter)
+    # cuts the client and the worker: a reader that stopped must not leave the engine generating
+    # unbilled for `idle` (gateway/proxy/relay.py).
+    client_write_stall_s: float = 5.0
     # Peers whose X-Forwarded-For the gateway extends instead of replacing (IPs or CIDRs).
     trusted_proxies: tuple[str, ...] = ()
     # Which namespaces may serve which autodiscovered model; a model with no entry only the
@@ -190,6 +199,12 @@ class Settings:
             drain_timeout_s=number("SLUICEGATE_DRAIN_TIMEOUT", defaults.drain_timeout_s, float, zero=True),
             stream_ping_interval_s=number(
                 "SLUICEGATE_STREAM_PING_INTERVAL", defaults.stream_ping_interval_s, float
+            ),
+            max_messages=number("SLUICEGATE_MAX_MESSAGES", defaults.max_messages, int),
+            max_content_parts=number("SLUICEGATE_MAX_CONTENT_PARTS", defaults.max_content_parts, int),
+            max_tools=number("SLUICEGATE_MAX_TOOLS", defaults.max_tools, int),
+            client_write_stall_s=number(
+                "SLUICEGATE_CLIENT_WRITE_STALL", defaults.client_write_stall_s, float
             ),
             stored_response_ttl_s=number(
                 "SLUICEGATE_STORED_RESPONSE_TTL", defaults.stored_response_ttl_s, float

@@ -69,7 +69,7 @@ class PoolConfig:
 
 @dataclass(frozen=True)
 class PrefixConfig:
-    """prefix_affinity's settings (gateway/routing/prefix.py; README "Prefix-cache routing")."""
+    """prefix_affinity's settings (gateway/routing/prefix.py; docs/prefix-routing.md)."""
 
     # Bytes of rendered prompt per hashed block: ~4 bytes a token, so 512 is ~128 tokens.
     block_bytes: int = 512
@@ -90,7 +90,7 @@ class RoutingConfig:
     prefix: PrefixConfig = field(default_factory=PrefixConfig)
     # How a saturated pool's queue shares it between teams: "tokens", by weighted tokens served
     # with counters shared by every replica (gateway/routing/vtc.py), or "requests", by request
-    # count per replica (gateway/routing/fairqueue.py). README "Fair share".
+    # count per replica (gateway/routing/fairqueue.py). docs/routing.md, "Fair share".
     fairness: str = "tokens"
 
 

@@ -153,7 +153,8 @@ class RequestContextMiddleware:
             ctx.trace.finish(scope, status)
         level = logging.DEBUG if path in _QUIET_PATHS else logging.INFO
         if access_log.isEnabledFor(level):
-            access_log.log(level, _ACCESS_TEXT, self._fields(scope, ctx, status, elapsed))
+            fields = self._fields(scope, ctx, status, elapsed)
+            access_log.log(level, fields.line(_ACCESS_TEXT), fields)
 
     def _fields(self, scope: Scope, ctx: RequestContext, status: int, elapsed: float) -> Fields:
         # Every value a client could have chosen is escaped: the method too, though httptools only

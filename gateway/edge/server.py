@@ -1,5 +1,5 @@
 """The gateway's HTTP server: uvicorn on httptools, with the bounds on one client connection that
-uvicorn cannot express itself (README "Limits and timeouts").
+uvicorn cannot express itself (docs/limits.md, "Limits and timeouts").
 
 httptools buffers a header line however long it grows, and uvicorn starts no timer before a
 request's head is complete, so a client could hold memory and a socket forever without the app

@@ -192,17 +192,21 @@ def unlimited(reservation: Reservation) -> Admission:
     return Admission(allowed=True, states=(), denied_by=None, reservation=reservation)
 
 
-def script_costs(limit: Limit, prompt: int) -> tuple[int, int]:
-    """(fixed cost, 1 if the output counts too) of one limit in admit.lua."""
-    if limit.kind in (LimitKind.REQUESTS, LimitKind.CONCURRENCY):
-        return 1, 0
-    counts = TokenCount.TOTAL if limit.kind is LimitKind.BUDGET else limit.counts
-    return (0 if counts is TokenCount.OUTPUT else prompt), (0 if counts is TokenCount.INPUT else 1)
+def script_costs(limits: Sequence[Limit], prompt: int) -> list[tuple[int, int]]:
+    """(fixed cost, 1 if the output counts too) of each limit in admit.lua, in one pass."""
+    out: list[tuple[int, int]] = []
+    for limit in limits:
+        if limit.kind in (LimitKind.REQUESTS, LimitKind.CONCURRENCY):
+            out.append((1, 0))
+            continue
+        counts = TokenCount.TOTAL if limit.kind is LimitKind.BUDGET else limit.counts
+        out.append(((0 if counts is TokenCount.OUTPUT else prompt), (0 if counts is TokenCount.INPUT else 1)))
+    return out
 
 
-def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> list[Limit]:
+def _scoped(limits: LimitSet, scope: str, who: str, model: str, rl: str) -> list[Limit]:
     """The limits of one team or key, plus those it sets for `model`. `scope`: `key:<id>` or
-    `team`, the start of each limit's Redis key."""
+    `team`, the start of each limit's Redis key after the team's `rl` (keys.rate_limits)."""
     whose = scope.split(":", 1)[0]
     out: list[Limit] = []
     for subject, where in ((limits, ""), (limits.for_model(model), f":m:{model}")):
@@ -215,7 +219,7 @@ def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> li
             out.append(
                 Limit(
                     LimitKind.REQUESTS,
-                    redis_keys.rate_limit(team, f"{key}:rpm"),
+                    rl + f"{key}:rpm",
                     subject.rpm,
                     f"{label} requests per minute",
                     scope=whose,
@@ -227,7 +231,7 @@ def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> li
             out.append(
                 Limit(
                     LimitKind.TOKENS,
-                    redis_keys.rate_limit(team, f"{key}:tpm"),
+                    rl + f"{key}:tpm",
                     subject.tpm,
                     f"{label} tokens per minute",
                     counts=TokenCount(subject.tpm_counts),
@@ -240,7 +244,7 @@ def _scoped(limits: LimitSet, scope: str, who: str, model: str, team: str) -> li
             out.append(
                 Limit(
                     LimitKind.CONCURRENCY,
-                    redis_keys.rate_limit(team, f"{key}:conc"),
+                    rl + f"{key}:conc",
                     subject.max_concurrency,
                     f"{label} concurrent requests",
                     scope=whose,
@@ -255,16 +259,18 @@ def plan(
     team: str, team_limits: LimitSet, key_id: str, key_limits: LimitSet, model: str, now: dt.datetime
 ) -> list[Limit]:
     """Every limit one request of `key_id` (of `team`) to `model` must pass."""
-    limits = _scoped(key_limits, f"key:{key_id}", f"key {key_id}", model, team)
-    limits += _scoped(team_limits, "team", f"team {team}", model, team)
-    limits += budgets(key_limits, f"key:{key_id}:", f"key {key_id}", team, now)
-    limits += budgets(team_limits, "", f"team {team}", team, now)
+    rl = redis_keys.rate_limits(team)  # every key below starts with it
+    limits = _scoped(key_limits, f"key:{key_id}", f"key {key_id}", model, rl)
+    limits += _scoped(team_limits, "team", f"team {team}", model, rl)
+    limits += budgets(key_limits, f"key:{key_id}:", f"key {key_id}", rl, now)
+    limits += budgets(team_limits, "", f"team {team}", rl, now)
     return limits
 
 
-def budgets(limits: LimitSet, prefix: str, who: str, team: str, now: dt.datetime) -> list[Limit]:
+def budgets(limits: LimitSet, prefix: str, who: str, rl: str, now: dt.datetime) -> list[Limit]:
     """The daily and monthly token budgets of a team (`prefix` "") or of a key in it (`key:<id>:`):
-    one counter per UTC period, so a new period starts at zero without anyone resetting it."""
+    one counter per UTC period, so a new period starts at zero without anyone resetting it. `rl`:
+    the team's keys.rate_limits."""
     out: list[Limit] = []
     scope = "key" if prefix else "team"
     if limits.daily_tokens:
@@ -272,7 +278,7 @@ def budgets(limits: LimitSet, prefix: str, who: str, team: str, now: dt.datetime
         out.append(
             Limit(
                 LimitKind.BUDGET,
-                redis_keys.rate_limit(team, f"{prefix}budget:d:{now.date().isoformat()}"),
+                rl + f"{prefix}budget:d:{now.date().isoformat()}",
                 limits.daily_tokens,
                 f"{who} daily tokens",
                 period_s=(tomorrow - now).total_seconds(),
@@ -287,7 +293,7 @@ def budgets(limits: LimitSet, prefix: str, who: str, team: str, now: dt.datetime
         out.append(
             Limit(
                 LimitKind.BUDGET,
-                redis_keys.rate_limit(team, f"{prefix}budget:m:{first:%Y-%m}"),
+                rl + f"{prefix}budget:m:{first:%Y-%m}",
                 limits.monthly_tokens,
                 f"{who} monthly tokens",
                 period_s=(end - now).total_seconds(),
@@ -339,11 +345,10 @@ class RateLimiter:
         admission marker says it was charged. The marker holds the output granted, which this
         side never learnt: settle.lua adds it where a limit counts output (the ":1")."""
         settlements: list[tuple[str, str, str]] = []
-        for limit in limits:
+        for limit, (fixed, counts_output) in zip(limits, script_costs(limits, prompt), strict=True):
             if limit.kind is LimitKind.CONCURRENCY:
                 settlements.append((limit.redis_key, limit.kind.script_kind, request_id))
             elif limit.kind in (LimitKind.TOKENS, LimitKind.BUDGET):
-                fixed, counts_output = script_costs(limit, prompt)
                 amount = f"{fixed}:1" if counts_output else str(fixed)
                 if limit.kind is LimitKind.TOKENS:
                     amount = f"{limit.period_s / limit.amount!r}:{amount}"
@@ -382,9 +387,9 @@ class RateLimiter:
         least = asked if least is None else min(least, asked)
         prompt = reservation.prompt_tokens
         args: list[str | int | float] = [request_id, asked, least, max(1, step)]
-        for limit in limits:
+        for limit, costs in zip(limits, script_costs(limits, prompt), strict=True):
             period = self.leases.lease_s if limit.kind is LimitKind.CONCURRENCY else limit.period_s
-            args += (limit.kind.script_kind, limit.amount, period, *script_costs(limit, prompt))
+            args += (limit.kind.script_kind, limit.amount, period, *costs)
         if self._breaker.open:
             # A call moments ago failed: do not wait out another timeout.
             return self._unavailable(reservation)

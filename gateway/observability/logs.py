@@ -47,6 +47,13 @@ class Fields(dict[str, Any]):
             return json.dumps(value, ensure_ascii=True)
         return value
 
+    def line(self, template: str) -> str:
+        """The text line, formatted once, to log as the message with these fields as its argument
+        (`log.info(fields.line(TEMPLATE), fields)`): logging formats `msg % args` again in every
+        handler, and with the `%` of the line doubled that leaves it as it is, while a JSON line
+        still reads the raw fields."""
+        return (template % self).replace("%", "%%")
+
 
 class RedactingFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:

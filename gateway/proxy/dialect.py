@@ -23,6 +23,7 @@ from starlette.responses import Response
 from gateway.errors import GatewayError
 from gateway.limits.admission import Admission
 from gateway.limits.output import AskedOutput
+from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds
 from gateway.proxy.worker_protocols import WorkerProtocol
 
 
@@ -122,8 +123,9 @@ class Dialect(Protocol[CallT]):
         """An event to send on a stream that has been quiet for a while, if the API has one."""
         ...
 
-    def parse(self, raw: bytes, native_models: Collection[str]) -> CallT:
-        """`native_models`: the model names whose workers serve this API themselves."""
+    def parse(self, raw: bytes, native_models: Collection[str], bounds: BodyBounds = DEFAULT_BOUNDS) -> CallT:
+        """`native_models`: the model names whose workers serve this API themselves. `bounds`: how
+        many messages, parts and tools the body may hold (checked before anything walks it)."""
         ...
 
     def stream(self, call: CallT, answer_name: str) -> ClientStream: ...

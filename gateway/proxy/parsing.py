@@ -11,16 +11,22 @@ from starlette.requests import Request
 from gateway.errors import GatewayError
 from gateway.http.context import RequestContext
 from gateway.proxy.dialect import CallT, Dialect
+from gateway.proxy.translation.bounds import BodyBounds
 from gateway.routing.session import session_of
 
 
 def parse(
-    dialect: Dialect[CallT], body: bytes, native: Collection[str], ctx: RequestContext, request: Request
+    dialect: Dialect[CallT],
+    body: bytes,
+    native: Collection[str],
+    ctx: RequestContext,
+    request: Request,
+    bounds: BodyBounds,
 ) -> CallT:
     """The dialect's parse, noting on `ctx` the model the body names (for the access log, also
     when the body is refused) and the session the request belongs to (for routing)."""
     try:
-        call = dialect.parse(body, native)
+        call = dialect.parse(body, native, bounds)
     except GatewayError:
         ctx.requested_model = _model_named(body)
         raise

@@ -45,6 +45,7 @@ from gateway.proxy.relay import STREAM_HEADERS, StreamRelay
 from gateway.proxy.remembering import Remembering
 from gateway.proxy.settlement import Settlement, Submitter
 from gateway.proxy.translation import ignored, model_rules
+from gateway.proxy.translation.bounds import BodyBounds
 from gateway.proxy.upstream import Upstream, UpstreamResponse
 from gateway.proxy.worker_protocols import CHAT
 from gateway.routing import share
@@ -95,6 +96,7 @@ class Pipeline:
         """`hosted_tools`: the hosted tool types the client APIs declare beyond the known ones
         (gateway.apis), metric labels of what a translation dropped."""
         self._settings = settings
+        self._bounds = BodyBounds(settings.max_messages, settings.max_content_parts, settings.max_tools)
         self._hosted_tools = hosted_tools
         self._drain = drain
         self._stored = stored
@@ -162,7 +164,9 @@ class Pipeline:
         principal = await self._gate.caller(request, ctx)
         key = principal.key
         body = await read_body(request, self._settings.max_body_bytes, self._settings.body_timeout_s)
-        call = parsing.parse(dialect, body, self._router.native_models(dialect.name), ctx, request)
+        call = parsing.parse(
+            dialect, body, self._router.native_models(dialect.name), ctx, request, self._bounds
+        )
         requested = self._gate.model(key, call.model, ctx)
         call = model_rules.apply(call, requested.model)  # native_normalise, hosted_tools
         ignored.record(ctx, dialect.name, call.ignored, self._metrics, self._hosted_tools)
@@ -336,6 +340,7 @@ class Pipeline:
                 keepalive=dialect.keepalive,
                 ping_interval_s=self._settings.stream_ping_interval_s,
                 drain=self._drain,
+                write_stall_s=self._settings.client_write_stall_s,
             )
             await relay.run(receive, send)
             if remember is not None:

@@ -10,9 +10,11 @@ once so the engine stops generating.
 Every wait is bounded, on both sides. The worker must send its first output within `first_token`,
 then more output within `idle` of the last, and end the stream within `stream_total`: comments,
 role-only deltas and an event dripped a byte at a time keep nothing alive. Each event is bounded by
-`max_event_bytes`. The client must take each write within `idle`: uvicorn's `send` blocks while the
-client's socket buffer is full, and a client that stops reading would otherwise hold its worker
-slot for as long as it likes.
+`max_event_bytes`. The client must take each write within `idle`, or the shorter write-stall bound:
+uvicorn's `send` blocks while the client's socket buffer is full, and a client that stops reading
+would otherwise hold its worker slot, and keep the engine generating, for as long as it likes. Such
+a client is cut with its worker, and billed the worker's last cumulative count (what the gateway
+had read, the worker's bytes already buffered included), not the count that reached the client.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from gateway.proxy.disconnect import ClientWatch
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.sse import SSEEvent, SSEParser
 from gateway.proxy.upstream import UpstreamResponse
+from gateway.proxy.usage import Usage
 from gateway.proxy.worker_protocols import CHAT, Batch, WorkerProtocol
 
 STREAM_HEADERS = (
@@ -72,8 +75,13 @@ class StreamRelay:
         keepalive: bytes | None = None,
         ping_interval_s: float = 15.0,
         drain: Drain | None = None,
+        write_stall_s: float = math.inf,
     ) -> None:
         self._drain = drain
+        self._write_stall_s = write_stall_s
+        # The last cumulative usage the worker reported, reached the client or not.
+        self._worker_usage: Usage | None = None
+        self._parser = SSEParser(max_event_bytes)
         self._keepalive = keepalive
         self._ping_interval_s = ping_interval_s
         self._upstream = upstream
@@ -95,6 +103,7 @@ class StreamRelay:
             await self._write(send, {"type": "http.response.start", "status": 200, "headers": self._headers})
             await self._pump(send, watch)
         except ClientStalled:
+            self._bill_worker_usage()
             await self._cut_client(watch)
         except asyncio.CancelledError:
             if watch.caught():
@@ -130,6 +139,21 @@ class StreamRelay:
         except OSError:
             self.outcome.disconnected = True
 
+    def _bill_worker_usage(self) -> None:
+        """A client cut for not reading is billed what the worker generated, as far as the gateway
+        can tell without waiting: the events already buffered from the worker are read first."""
+        try:
+            buffered = self._upstream.response.content.read_nowait()
+        except (aiohttp.ClientError, RuntimeError, ValueError):
+            buffered = b""  # a broken stream: what was read before stands
+        if buffered:
+            events = self._parser.feed(buffered)
+            if events:
+                usage = self._process(events).usage
+                if usage is not None:
+                    self._worker_usage = usage
+        self.outcome.stalled_usage = self._worker_usage
+
     async def _cut_client(self, watch: ClientWatch) -> None:
         """Ends a client that stopped reading, settled as one that left. No error event: it would
         only wait on the same full buffer."""
@@ -144,9 +168,10 @@ class StreamRelay:
             await asyncio.sleep(0)
 
     async def _write(self, send: Send, message: Message) -> None:
-        """A write off the hot path, which the client must take within the idle timeout."""
+        """A write off the hot path, which the client must take within the idle timeout (or the
+        write-stall bound, if shorter)."""
         try:
-            async with asyncio.timeout(self._idle_timeout_s):
+            async with asyncio.timeout(min(self._idle_timeout_s, self._write_stall_s)):
                 await send(message)
         except TimeoutError:
             raise ClientStalled from None
@@ -154,9 +179,10 @@ class StreamRelay:
     async def _pump(self, send: Send, watch: ClientWatch) -> None:
         loop = asyncio.get_running_loop()
         content = self._upstream.response.content
-        parser = SSEParser(self._max_event_bytes)
+        parser = self._parser
         outcome = self.outcome
         idle = self._idle_timeout_s
+        write_s = min(idle, self._write_stall_s)
         stream_deadline = self._stream_deadline
         # The worker's deadline: its first output by first_token, then each next within idle.
         waiting_until = min(self._first_token_deadline, stream_deadline)
@@ -186,11 +212,13 @@ class StreamRelay:
                         now = loop.time()
                         if batch.output:
                             waiting_until = min(now + idle, stream_deadline)
+                        if batch.usage is not None:
+                            self._worker_usage = batch.usage
                         if batch.out:
-                            # The client must take the write within idle (uvicorn's send waits
-                            # while its socket buffer is full). After output, that is the worker's
-                            # new deadline too: one timer move on the hot path.
-                            write_by = min(now + idle, stream_deadline)
+                            # The client must take the write within write_s (uvicorn's send waits
+                            # while its socket buffer is full). One timer bounds the write and then,
+                            # moved back below, the worker: one timer move on the hot path.
+                            write_by = min(now + write_s, stream_deadline)
                             if timer.when() != write_by:
                                 timer.reschedule(write_by)
                             sending = True

@@ -43,6 +43,9 @@ class Outcome:
 
     usage: Usage | None = None  # the worker's final report, checked
     relayed_usage: Usage | None = None  # the last cumulative report that reached the client
+    # The worker's last cumulative report when the gateway cut a client that stopped reading: the
+    # engine generated it whether or not the client took it.
+    stalled_usage: Usage | None = None
     invalid_usage: bool = False  # the worker reported counts that cannot be real
     reached_worker: bool = False  # a worker answered (its head arrived)
     tokens_relayed: int = 0  # events that carried generated text or tool-call deltas
@@ -82,6 +85,8 @@ class Settlement:
         out = self.outcome
         if out.usage is not None:
             return out.usage.prompt_tokens, out.usage.completion_tokens
+        if out.stalled_usage is not None:
+            return out.stalled_usage.prompt_tokens, out.stalled_usage.completion_tokens
         if out.relayed_usage is not None:
             # Left mid-stream: the worker's count up to the last chunk the client received.
             return out.relayed_usage.prompt_tokens, out.relayed_usage.completion_tokens

@@ -52,8 +52,10 @@ class TokenDispatch:
         self._local_once = False  # the last pick got no answer: the next choice is local
 
     def dispatched(self, ticket: ShareTicket) -> None:
-        """A request took a slot without waiting: charged in the next batch."""
-        self.share.charge(ticket.team, ticket.charged(self.share))
+        """A request took a slot without waiting: charged in the next batch, unless nobody waits
+        in the pool (PoolShare.contended)."""
+        if self.share.contended():
+            self.share.charge(ticket.team, ticket.charged(self.share))
 
     def drain(self) -> None:
         queue = self.queue

@@ -8,7 +8,7 @@ capturing server with Claude Code 2.1.332, Codex 0.169.0 and opencode 1.18.33):
     Codex         session-id header; prompt_cache_key in the Responses body (the same value)
     opencode      x-session-id and x-session-affinity headers (the same value)
 
-The request's session is the first of these it carries, in this order (README, "Routing"):
+The request's session is the first of these it carries, in this order (docs/routing.md):
 
     1. x-session-id               the gateway's own header, for any client
     2. x-session-affinity         opencode

@@ -7,7 +7,8 @@ the engine time a request takes better than a plain token sum, without a model o
 
 The cost is reserved at dispatch from the request's estimate (its prompt estimate and its
 `max_tokens`, or the gateway's default) and corrected once, at settlement, to what it used
-(`ShareTicket.settle`, called from the request's single settlement). A request dispatched more
+(`ShareTicket.settle`, called from the request's single settlement). A pool nobody waits in on any
+replica charges nothing (`PoolShare.contended`), so nothing is corrected. A request dispatched more
 than once (retried on another endpoint or pool) was charged each time: the last charge is
 corrected to the actual cost, the earlier ones are given back whole. A request that failed costs
 nothing, except one that timed out waiting for its worker: that one held the engine all along

@@ -131,6 +131,13 @@ class PoolShare:
         self._reached_at = time.monotonic()
         self._failing = False
         self._closed = False
+        # Whether the pool is contended (see `contended`): when a team last waited here, whether
+        # Redis said a team waited on any replica within the window (until it is first asked:
+        # yes, so a replica that knows nothing charges), and when it was last asked for that alone.
+        self._waited_at = -math.inf
+        self._remote_waited = True
+        self._asked_at = -math.inf
+        self._asking = False
         metrics.fair_share_jain.labels(pool).set_function(self.jain_index)
 
     def attach(self, store: FairShareStore | None) -> asyncio.Task[None] | None:
@@ -153,6 +160,29 @@ class PoolShare:
                 self._fallback("pick")
             return False
         return True
+
+    def contended(self) -> bool:
+        """Whether a dispatch here is charged: a team waited here within the window, or on any
+        replica when Redis last answered. Counters only choose between waiting teams, so a pool
+        nobody waits in skips the charge (and its correction: a ticket with no charge settles
+        nothing), which saves the fair-share traffic of most requests. Such a pool asks Redis
+        once a window whether another replica has a waiter now; a replica whose own team starts
+        to wait charges at once and tells Redis ("w" heartbeats), and the others learn it from
+        their next answer. Teams active in that lag start even when contention begins: the
+        window's history is what the skipped charges would have carried."""
+        now = time.monotonic()
+        window = ACTIVE_WINDOW_S if self._store is None else self._store.window_s
+        if self._waiting or now - self._waited_at < window:
+            return True
+        if self._store is None or not self._store.available:
+            return False
+        if self._remote_waited:
+            return True
+        if now - self._asked_at >= window:
+            self._asked_at = now
+            self._asking = True
+            self._start()
+        return False
 
     # -- updates (sync: called from dispatch and settlement) ----------------------------------
 
@@ -203,6 +233,7 @@ class PoolShare:
     def backlog_changed(self, team: str, waiting: int) -> int:
         """The number of the team's requests waiting here changed; returns the number before."""
         before = self._waiting.get(team, 0)
+        self._waited_at = time.monotonic()  # a team waits, or did until now
         m = self._metrics
         if waiting:
             self._waiting[team] = waiting
@@ -230,7 +261,9 @@ class PoolShare:
             least = min(others)
             if self.counters.get(team, least) <= least:
                 self.counters[team] = least
-        # Redis hears of it with the next pick or batch (heartbeats name every waiting team).
+        # Redis hears of it with the next pick or batch (heartbeats name every waiting team),
+        # at once even if it is served before then: other replicas charge again from then on.
+        self._send_later("w", team, 0.0)
 
     def _idle(self, except_team: str | None = None) -> None:
         """A team stopped waiting and has nothing in flight here: forget the local counters of
@@ -257,6 +290,12 @@ class PoolShare:
         if len(self._pending) > 4096:  # Redis has been down for a while: keep the newest
             self._dropped(self._pending[:2048])
             del self._pending[:2048]
+        self._start()
+
+    def _start(self) -> None:
+        """Has the update task send what is pending (it starts one if none runs)."""
+        if self._store is None:
+            return
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._flush())
         elif self._wake is not None:
@@ -270,8 +309,11 @@ class PoolShare:
             await asyncio.sleep(BATCH_S)
             while (store := self._store) is not None:
                 updates, self._pending = self._pending, []
-                updates += [("b", team, 0.0) for team in self._active()]
-                if updates:
+                waiting = self._backlog()
+                updates += [("w", team, 0.0) for team in waiting]
+                updates += [("b", team, 0.0) for team in self._inflight if team not in waiting]
+                asking, self._asking = self._asking, False
+                if updates or asking:
                     if store.available:
                         self._sending = True
                         try:
@@ -349,6 +391,8 @@ class PoolShare:
         """The reply names every active team: it replaces the local copy, but for teams active
         here that Redis has not heard of yet (their updates are still pending)."""
         fresh = {keys.as_text(reply[i]): float(reply[i + 1]) for i in range(1, len(reply) - 1, 2)}
+        if len(reply) % 2 == 0:  # ends with whether a team waited on any replica (vtc.lua)
+            self._remote_waited = bool(int(reply[-1]))
         for team in self._active():
             if team not in fresh and team in self.counters:
                 fresh[team] = self.counters[team]

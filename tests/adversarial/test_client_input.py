@@ -46,7 +46,7 @@ async def _ok_stream(worker: ScriptedWorker, request: Any, reader: Any, writer: 
 
 
 BODIES = {
-    # An unknown field: passes through to the worker unchanged, as the README promises...
+    # An unknown field: passes through to the worker unchanged, as docs/api.md promises...
     "unknown-field-on-a-stream": {
         "model": MODEL,
         "stream": True,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import socket
 from typing import Any, cast
 
@@ -71,18 +72,33 @@ async def _answer(worker: ScriptedWorker, request: Any, reader: Any, writer: Any
         await writer.drain()  # raises once the gateway has dropped the connection
 
 
-def _one_slot_table(url: str) -> ModelTable:
+def one_slot_table(url: str, idle: float = 1) -> ModelTable:
     return ModelTable(
         (
             ModelConfig(
                 name=MODEL,
                 endpoints=(url,),
-                timeouts=Timeouts(connect=2, first_token=20, idle=1, total=20),
+                timeouts=Timeouts(connect=2, first_token=20, idle=idle, total=max(idle, 20)),
                 routing=RoutingConfig(max_inflight_per_endpoint=1),
                 health=HealthConfig(failures_to_eject=1000),
             ),
         )
     )
+
+
+def never_reading(gateway_url: str, key: str, body: bytes, *, times: int = 1) -> socket.socket:
+    """A connection that sends `times` chat requests with `body` and never reads."""
+    host, port = gateway_url.removeprefix("http://").split(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once: never read
+    sock.settimeout(DEADLINE_S)
+    sock.connect((host, int(port)))
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"authorization: Bearer {key}\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    sock.sendall((head.encode() + body) * times)
+    return sock
 
 
 def _drained_to_its_end(sock: socket.socket) -> bool:
@@ -98,20 +114,11 @@ def _drained_to_its_end(sock: socket.socket) -> bool:
 
 
 def test_a_client_that_stops_reading_gives_its_worker_slot_back(make_gateway: GatewayFactory) -> None:
-    with run_scripted(_answer) as worker, make_gateway(_one_slot_table(worker.url)) as gw:
+    with run_scripted(_answer) as worker, make_gateway(one_slot_table(worker.url)) as gw:
         stalled_key, other_key = gw.new_key(), gw.new_key()
-        host, port = gw.url.removeprefix("http://").split(":")
         body = json.dumps({"model": MODEL, "messages": HELLO, "stream": True}).encode()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = never_reading(gw.url, stalled_key["key"], body)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once: never read
-            sock.settimeout(DEADLINE_S)
-            sock.connect((host, int(port)))
-            head = (
-                "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                f"authorization: Bearer {stalled_key['key']}\r\ncontent-length: {len(body)}\r\n\r\n"
-            )
-            sock.sendall(head.encode() + body)
             assert worker.gateway_closed.wait(DEADLINE_S), (
                 "a client that stopped reading kept its stream's worker connection open: the relay "
                 "waits on the client's full socket buffer with no bound, holding the endpoint's only slot"
@@ -168,21 +175,25 @@ class StalledClient:
         self._gone.set()  # what uvicorn's connection_lost does
 
 
-async def _stall(url: str) -> tuple[Outcome, StalledClient]:
+async def stall(
+    url: str, client: StalledClient | None = None, *, idle_s: float = 0.5, write_stall_s: float = math.inf
+) -> tuple[Outcome, StalledClient]:
+    """Relays the worker at `url` to `client` (by default one that stalls after the first body)."""
     call = CHAT.parse(json.dumps({"model": MODEL, "messages": HELLO, "stream": True}).encode())
     loop = asyncio.get_running_loop()
     async with aiohttp.ClientSession() as session:
         response = await session.post(url + "/v1/chat/completions", data=b"{}")
         upstream = UpstreamResponse(cast(Pool, _Pool()), cast(Endpoint, object()), response, trial=False)
         outcome = Outcome(reached_worker=True)
-        client = StalledClient()
+        client = client or StalledClient()
         relay = StreamRelay(
             upstream,
             CHAT.stream(call, MODEL),
             outcome,
             headers=[],
             first_token_deadline=loop.time() + DEADLINE_S,
-            idle_timeout_s=0.5,
+            idle_timeout_s=idle_s,
+            write_stall_s=write_stall_s,
             abort_client=client.abort,
         )
         await asyncio.wait_for(relay.run(client.receive, client.send), DEADLINE_S)
@@ -191,7 +202,7 @@ async def _stall(url: str) -> tuple[Outcome, StalledClient]:
 
 def test_the_relay_cuts_a_stalled_client_without_writing_to_it_again() -> None:
     with run_scripted(_answer) as worker:
-        outcome, client = asyncio.run(_stall(worker.url))
+        outcome, client = asyncio.run(stall(worker.url))
         assert worker.gateway_closed.wait(DEADLINE_S), "the worker connection was not dropped"
     assert client.aborted == 1, "the client's connection was not cut through the abort extension"
     bodies = [m.get("body", b"") for m in client.attempted if m["type"] == "http.response.body"]
@@ -229,20 +240,11 @@ def test_a_client_that_stops_reading_whole_answers_is_cut_and_settled(make_gatew
     """Two pipelined requests from a client that reads nothing: the first answer fills every
     buffer on the way, so the second answer's write waits on it. That wait is bounded by `idle`:
     the client is cut and the second request settled as a departure; the first was handed over."""
-    with run_scripted(_whole_answers) as worker, make_gateway(_one_slot_table(worker.url)) as gw:
+    with run_scripted(_whole_answers) as worker, make_gateway(one_slot_table(worker.url)) as gw:
         stalled_key, other_key = gw.new_key(), gw.new_key()
-        host, port = gw.url.removeprefix("http://").split(":")
         body = json.dumps({"model": MODEL, "messages": HELLO}).encode()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = never_reading(gw.url, stalled_key["key"], body, times=2)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once: never read
-            sock.settimeout(DEADLINE_S)
-            sock.connect((host, int(port)))
-            head = (
-                "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                f"authorization: Bearer {stalled_key['key']}\r\ncontent-length: {len(body)}\r\n\r\n"
-            )
-            sock.sendall((head.encode() + body) * 2)
             totals = wait_requests_metered(gw, stalled_key["team"], 2)
             assert totals["disconnects"] == 1, f"the stalled client's requests were settled as {totals}"
             assert _drained_to_its_end(sock), "the stalled client's connection was left open"

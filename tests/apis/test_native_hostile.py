@@ -101,7 +101,7 @@ def test_background_responses_cannot_generate_unmetered_tokens(make_gateway: Gat
 
 
 def test_previous_response_id_on_an_endpoint_that_is_gone_is_a_404(make_gateway: GatewayFactory) -> None:
-    """README: previous_response_id goes to the endpoint that holds it; 'if it is gone, 404'.
+    """docs/api.md: previous_response_id goes to the endpoint that holds it; 'if it is gone, 404'.
     pool._pinned raises PoolUnavailable, which Upstream.open turns into 503 no_healthy_upstream."""
     with (
         run_uvicorn(create_fake_worker([FAKE_MODEL])) as w1,

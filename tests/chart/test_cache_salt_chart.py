@@ -1,4 +1,4 @@
-"""The chart's side of per-team cache salts and the /metrics token (README "Across teams"): each
+"""The chart's side of per-team cache salts and the /metrics token (docs/prefix-routing.md): each
 comes from a Secret the operator names, never one the chart generates (a render that cannot
 `lookup` would re-roll it); the gateway's ServiceMonitor sends the metrics token."""
 

@@ -54,6 +54,20 @@ def _counter(redis_url: str, pool: str, team: str) -> float | None:
     return asyncio.run(read())
 
 
+def _always_contended(redis_url: str, pool: str) -> None:
+    """As if a team had waited on another replica, and would for good: a pool nobody waits in is
+    not charged (vtc.lua keeps when a team last waited in the field "~" of its counters)."""
+
+    async def mark() -> None:
+        redis = Redis.from_url(redis_url)
+        try:
+            await redis.hset(keys.fair_share(pool)[0], "~", str(2**52))
+        finally:
+            await redis.aclose()
+
+    asyncio.run(mark())
+
+
 def test_the_counter_keeps_what_requests_used_and_nothing_of_failed_ones(
     make_gateway: GatewayFactory, redis_server: EmbeddedRedis, two_workers: tuple[TokenWorker, list[str]]
 ) -> None:
@@ -62,6 +76,7 @@ def test_the_counter_keeps_what_requests_used_and_nothing_of_failed_ones(
     table = ModelTable(
         (ModelConfig(name=model, endpoints=tuple(urls), routing=RoutingConfig(fairness="tokens")),)
     )
+    _always_contended(redis_server.url, model)
     with make_gateway(table) as gw:
         team = gw.new_team()
         updated = gw.admin.call("PATCH", f"/admin/v1/teams/{team}", {"weight": 2, "priority": 7})

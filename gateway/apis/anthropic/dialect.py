@@ -35,6 +35,7 @@ from gateway.proxy import worker_protocols
 from gateway.proxy.dialect import ClientStream
 from gateway.proxy.translation import native
 from gateway.proxy.translation.body import dumps
+from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
 from gateway.proxy.translation.native import NativeCall
 from gateway.proxy.usage import InvalidUsage, parse_usage
 from gateway.proxy.worker_protocols import WorkerProtocol
@@ -119,9 +120,14 @@ class MessagesDialect:
     # for a while, so proxies and clients with read timeouts do not give up on a long wait.
     keepalive: bytes | None = b'event: ping\ndata: {"type": "ping"}\n\n'
 
-    def parse(self, raw: bytes, native_models: Collection[str] = ()) -> MessagesCall | NativeCall:
+    def parse(
+        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = DEFAULT_BOUNDS
+    ) -> MessagesCall | NativeCall:
         payload = native.for_native(raw, native_models)
-        return MessagesCall(translate(raw)) if payload is None else native.messages_call(payload)
+        if payload is None:
+            return MessagesCall(translate(raw, bounds=bounds))
+        check_bounds(payload, bounds)
+        return native.messages_call(payload)
 
     def stream(self, call: MessagesCall | NativeCall, answer_name: str) -> ClientStream:
         if isinstance(call, NativeCall):

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.proxy.translation.body import dumps, field_error, model_of, open_body
+from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
 from gateway.proxy.translation.chat_shape import fold_chat
 from gateway.proxy.translation.ignored import Dropped
 from gateway.proxy.usage import MAX_TOKENS
@@ -72,8 +73,11 @@ class Translated:
     ignored: tuple[str, ...] = ()  # what had no equivalent and was dropped (ignored.Dropped)
 
 
-def translate(raw: bytes, *, needs_max_tokens: bool = True) -> Translated:
+def translate(
+    raw: bytes, *, needs_max_tokens: bool = True, bounds: BodyBounds = DEFAULT_BOUNDS
+) -> Translated:
     body = open_body(raw)
+    check_bounds(body, bounds)
     model = model_of(body)
     max_tokens = body.get("max_tokens")
     if max_tokens is None:

@@ -29,6 +29,7 @@ from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
 from gateway.proxy.dialect import ClientStream
 from gateway.proxy.translation.body import dumps, open_body
+from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
 from gateway.proxy.worker_protocols import WorkerProtocol
 
 NAME = "gemini"
@@ -116,9 +117,13 @@ class GeminiDialect:
     def of(cls, model: str, *, streaming: bool, sse: bool) -> GeminiDialect:
         return cls(model=model, streaming=streaming, sse=sse)
 
-    def parse(self, raw: bytes, native_models: Collection[str] = ()) -> GeminiCall:
+    def parse(
+        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = DEFAULT_BOUNDS
+    ) -> GeminiCall:
         # No worker speaks Gemini's API itself: always translated.
-        return GeminiCall(translate(open_body(raw), self.model), self.streaming)
+        payload = open_body(raw)
+        check_bounds(payload, bounds)
+        return GeminiCall(translate(payload, self.model), self.streaming)
 
     def stream(self, call: GeminiCall, answer_name: str) -> ClientStream:
         return GeminiStream(

@@ -24,6 +24,7 @@ from gateway.proxy.cache_salt import client_salt, salted
 from gateway.proxy.engine_ids import names_engine_ids, without_engine_ids
 from gateway.proxy.translation.body import dumps, model_of, open_body
 from gateway.proxy.translation.body import field_error as _field_error
+from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
 from gateway.proxy.usage import MAX_TOKENS
 from gateway.proxy.worker_protocols import WorkerProtocol
 
@@ -197,9 +198,12 @@ class OpenAIDialect:
     can_stream: bool
     keepalive: bytes | None = None  # OpenAI's streams have no keep-alive event
 
-    def parse(self, raw: bytes, native_models: Collection[str] = ()) -> OpenAICall:
+    def parse(
+        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = DEFAULT_BOUNDS
+    ) -> OpenAICall:
         """`native_models`: no model serves these APIs other than by the chat contract."""
         payload = open_body(raw)
+        check_bounds(payload, bounds)
         model = model_of(payload)
         if self.input_field not in payload:
             raise _field_error(self.input_field, "is required")

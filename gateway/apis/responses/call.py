@@ -16,6 +16,7 @@ from gateway.apis.responses import request as req
 from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
 from gateway.proxy.translation.body import dumps, field_error, model_of, open_body
+from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
 from gateway.proxy.translation.ignored import Dropped
 from gateway.proxy.translation.tool_names import ToolNames
 from gateway.proxy.usage import InvalidUsage, Usage, parse_usage
@@ -131,8 +132,9 @@ def _echo(payload: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
     return echo
 
 
-def parse_call(raw: bytes) -> ResponsesCall:
+def parse_call(raw: bytes, bounds: BodyBounds = DEFAULT_BOUNDS) -> ResponsesCall:
     payload = open_body(raw)
+    check_bounds(payload, bounds)
     model = model_of(payload)
     stream = payload.get("stream")
     if stream is not None and not isinstance(stream, bool):

@@ -25,6 +25,7 @@ from gateway.limits.admission import Admission
 from gateway.proxy import worker_protocols
 from gateway.proxy.dialect import ClientStream
 from gateway.proxy.translation import native
+from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
 from gateway.proxy.translation.native import NativeCall
 from gateway.proxy.translation.tool_names import ToolNames
 from gateway.proxy.usage import InvalidUsage, Usage
@@ -97,9 +98,14 @@ class ResponsesDialect:
     name: str = "responses"
     keepalive: bytes | None = None
 
-    def parse(self, raw: bytes, native_models: Collection[str] = ()) -> ResponsesCall | NativeCall:
+    def parse(
+        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = DEFAULT_BOUNDS
+    ) -> ResponsesCall | NativeCall:
         payload = native.for_native(raw, native_models)
-        return shape.parse_call(raw) if payload is None else native.responses_call(payload)
+        if payload is None:
+            return shape.parse_call(raw, bounds)
+        check_bounds(payload, bounds)
+        return native.responses_call(payload)
 
     def stream(self, call: ResponsesCall | NativeCall, answer_name: str) -> ClientStream:
         if isinstance(call, NativeCall):

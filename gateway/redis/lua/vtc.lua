@@ -11,13 +11,17 @@
 -- All three share the pool's hash tag {vtc:<pool>} (gateway/redis/keys.py).
 -- ARGV[1]: key TTL in ms; ARGV[2]: active window in ms; ARGV[3]: n updates, then 3 per update:
 --   kind, team, amount. kind "c": charge and reserve (the team is active); "b": backlogged
---   (active, no charge; sent for the teams waiting on a replica or with requests in flight
---   there); "s": correct an earlier charge by amount (actual - estimate); "r": that charge is
+--   (active, no charge; sent for the teams with requests in flight on a replica); "w": the same
+--   for a team waiting on a replica, which also marks the pool contended (below); "s": correct an earlier charge by amount (actual - estimate); "r": that charge is
 --   settled, release its reservation. "s" and "r" only apply if the team's counter is still there
 --   (it is gone when the keys expired or the team went inactive).
 -- Then: n candidates, then 3 per candidate: team, band, cost. The highest band wins; within it,
 -- the least counter (ties: the earlier candidate); the winner is charged (and reserves) its cost.
--- Reply: {chosen (1-based; 0 for none), team, counter, team, counter, ...} for the active teams.
+-- Reply: {chosen (1-based; 0 for none), team, counter, team, counter, ..., contended}: the
+-- counters of the active teams, then 1 if a team waited on any replica (a "w" update or a pick)
+-- within the window, else 0. A replica skips the charges of a pool nobody waits in (counters only
+-- matter to choose between waiting teams) and learns from this when to charge again. The last
+-- time a team waited is the counters hash's field "~" (no team's: names are never empty).
 --
 -- A team that becomes active (it was not in the ZSET within the window) starts at the least
 -- settled counter (counter - reserved) of the other active teams, or at the floor when there is
@@ -87,6 +91,7 @@ local function reserve(team, amount)
   redis.call("HSET", counters, "~" .. team, tostring(r))
 end
 
+local waited = false
 local i = 4
 for _ = 1, tonumber(ARGV[3]) do
   local kind, team, amount = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -97,6 +102,9 @@ for _ = 1, tonumber(ARGV[3]) do
     reserve(team, amount)
   elseif kind == "b" then
     touch(team)
+  elseif kind == "w" then
+    touch(team)
+    waited = true
   elseif seen[team] == nil then
     -- a correction or release for a counter that is gone: nothing to correct
   elseif kind == "s" then
@@ -118,9 +126,21 @@ for k = 1, n do
     chosen, chosen_team, chosen_cost, best_band, best = k, team, cost, band, c
   end
 end
+if n > 0 then
+  waited = true -- candidates are waiting teams
+end
 if chosen > 0 then
   charge(chosen_team, chosen_cost)
   reserve(chosen_team, chosen_cost)
+end
+
+-- Before the PEXPIREs: the HSET may create the hash.
+local last
+if waited then
+  last = now
+  redis.call("HSET", counters, "~", tostring(now))
+else
+  last = tonumber(redis.call("HGET", counters, "~") or "")
 end
 
 local low = least(nil)
@@ -137,4 +157,5 @@ for team, c in pairs(seen) do
   reply[#reply + 1] = team
   reply[#reply + 1] = tostring(c)
 end
+reply[#reply + 1] = (last ~= nil and now - last < window) and 1 or 0
 return reply

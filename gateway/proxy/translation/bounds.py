@@ -1,0 +1,64 @@
+"""How many messages, content parts and tools one request body may hold, checked right after the
+body is opened and before anything walks it.
+
+The byte limit alone does not bound the work: 8.7 MB of 240,000 short messages cost 0.3-0.6 s of
+event-loop time per request to translate, and parsing in a thread would not free the loop (the
+JSON parser holds the GIL). Counting the lists is cheap; the defaults are far above any real
+agent's request. The fields are each API's own: `messages` (Chat, Completions' `prompt` is a
+string), `messages` (Messages), `input` (Responses), `contents` (Gemini); a message's parts are its
+`content` (or Gemini's `parts`) list; tools are `tools` (and Gemini's `functionDeclarations`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import ErrorCode, GatewayError
+
+ITEM_FIELDS = ("messages", "input", "contents")
+PART_FIELDS = ("content", "parts")
+
+
+@dataclass(frozen=True, slots=True)
+class BodyBounds:
+    max_messages: int = 20_000  # SLUICEGATE_MAX_MESSAGES
+    max_parts: int = 2_000  # SLUICEGATE_MAX_CONTENT_PARTS: in one message
+    max_tools: int = 2_000  # SLUICEGATE_MAX_TOOLS
+
+
+DEFAULT_BOUNDS = BodyBounds()
+
+
+def _over(param: str, count: int, limit: int, what: str) -> GatewayError:
+    return GatewayError(
+        ErrorCode.INVALID_REQUEST,
+        f"'{param}' holds {count} {what}; this gateway takes at most {limit} in one request.",
+        param=param,
+    )
+
+
+def check_bounds(payload: dict[str, Any], bounds: BodyBounds) -> None:
+    """Refuses (400, in the API's envelope) a body with more messages, parts in one message or
+    tools than `bounds` allow. Shapes are not judged here: the dialect's own checks do that."""
+    for name in ITEM_FIELDS:
+        items = payload.get(name)
+        if not isinstance(items, list):
+            continue
+        if len(items) > bounds.max_messages:
+            raise _over(name, len(items), bounds.max_messages, "items")
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                continue
+            for part_name in PART_FIELDS:
+                parts = item.get(part_name)
+                if isinstance(parts, list) and len(parts) > bounds.max_parts:
+                    raise _over(f"{name}[{index}].{part_name}", len(parts), bounds.max_parts, "parts")
+    tools = payload.get("tools")
+    if isinstance(tools, list):
+        count = 0
+        for tool in tools:
+            # Gemini's tool is a list of function declarations; every other API's is one tool.
+            declarations = tool.get("functionDeclarations") if isinstance(tool, dict) else None
+            count += len(declarations) if isinstance(declarations, list) else 1
+        if count > bounds.max_tools:
+            raise _over("tools", count, bounds.max_tools, "tools")
