@@ -34,7 +34,7 @@ from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
 from gateway.proxy.dialect import ClientStream
 from gateway.proxy.translation import native
-from gateway.proxy.translation.body import dumps
+from gateway.proxy.translation.body import chat_worker_body
 from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
 from gateway.proxy.translation.native import NativeCall
 from gateway.proxy.usage import InvalidUsage, parse_usage
@@ -97,20 +97,14 @@ class MessagesCall:
         max_tokens: int | None,
         cache_salt: str | None = None,
     ) -> bytes:
-        """The output cap admission reserved. On a stream, usage is always asked for: the
-        client's `message_delta` carries it, and cumulative on every chunk it meters a client
-        that leaves mid-stream exactly."""
-        payload: dict[str, Any] = {"model": wire_model, **self.request.chat, "stream": self.stream}
-        if max_tokens is not None:
-            payload["max_tokens"] = max_tokens
-        if cache_salt is not None:
-            payload["cache_salt"] = cache_salt
-        if self.stream:
-            options: dict[str, bool] = {"include_usage": True}
-            if continuous_usage:
-                options["continuous_usage_stats"] = True
-            payload["stream_options"] = options
-        return dumps(payload)
+        return chat_worker_body(
+            self.request.chat,
+            wire_model,
+            stream=self.stream,
+            continuous_usage=continuous_usage,
+            max_tokens=max_tokens,
+            cache_salt=cache_salt,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from gateway.limits.admission import Admission
 from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
 from gateway.proxy.dialect import ClientStream
-from gateway.proxy.translation.body import dumps, open_body
+from gateway.proxy.translation.body import chat_worker_body, open_body
 from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
 from gateway.proxy.worker_protocols import WorkerProtocol
 
@@ -87,20 +87,14 @@ class GeminiCall:
         max_tokens: int | None,
         cache_salt: str | None = None,
     ) -> bytes:
-        """The output cap admission reserved. On a stream, usage is always asked for: the last
-        chunk's usageMetadata carries it, and cumulative on every chunk it meters a client that
-        leaves mid-stream exactly."""
-        payload: dict[str, Any] = {"model": wire_model, **self.request.chat, "stream": self.stream}
-        if max_tokens is not None:
-            payload["max_tokens"] = max_tokens
-        if cache_salt is not None:
-            payload["cache_salt"] = cache_salt
-        if self.stream:
-            options: dict[str, bool] = {"include_usage": True}
-            if continuous_usage:
-                options["continuous_usage_stats"] = True
-            payload["stream_options"] = options
-        return dumps(payload)
+        return chat_worker_body(
+            self.request.chat,
+            wire_model,
+            stream=self.stream,
+            continuous_usage=continuous_usage,
+            max_tokens=max_tokens,
+            cache_salt=cache_salt,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from typing import Any
 from gateway.apis.responses import request as req
 from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
-from gateway.proxy.translation.body import dumps, field_error, model_of, open_body
+from gateway.proxy.translation.body import chat_worker_body, dumps, field_error, model_of, open_body
 from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
 from gateway.proxy.translation.ignored import Dropped
 from gateway.proxy.translation.tool_names import ToolNames
@@ -70,19 +70,14 @@ class ResponsesCall:
         max_tokens: int | None,
         cache_salt: str | None = None,
     ) -> bytes:
-        body: dict[str, Any] = {"model": wire_model, **self.chat, "stream": self.stream}
-        if max_tokens is not None:
-            body["max_tokens"] = max_tokens  # the cap admission reserved
-        if cache_salt is not None:
-            body["cache_salt"] = cache_salt
-        if self.stream:
-            # The final usage report is what response.completed tells the client; cumulative
-            # usage on every chunk meters a client that leaves mid-stream exactly.
-            options: dict[str, Any] = {"include_usage": True}
-            if continuous_usage:
-                options["continuous_usage_stats"] = True
-            body["stream_options"] = options
-        return dumps(body)
+        return chat_worker_body(
+            self.chat,
+            wire_model,
+            stream=self.stream,
+            continuous_usage=continuous_usage,
+            max_tokens=max_tokens,
+            cache_salt=cache_salt,
+        )
 
     def asked_output(self) -> AskedOutput:
         cap = self.chat.get("max_tokens")  # from max_output_tokens
