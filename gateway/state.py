@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypedDict, cast
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
     from starlette.types import Scope
 
     from gateway.admin.deps import AdminDeps
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
     from gateway.proxy.gate import Gate
     from gateway.proxy.pipeline import Pipeline
     from gateway.proxy.upstream import Upstream
+    from gateway.redis.client import RedisClient
     from gateway.routing.router import Router
     from gateway.routing.stored_responses import StoredResponses
 
@@ -33,7 +33,7 @@ class AppState(TypedDict):
     gate: Gate
     admin: AdminDeps
     router: Router
-    redis: Redis
+    redis: RedisClient
     key_info: KeyInfoDeps
     stored: StoredResponses
     upstream: Upstream

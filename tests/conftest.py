@@ -25,6 +25,9 @@ from gateway.cli import AdminClient
 from gateway.config import Settings
 from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.model_table import ModelConfig, ModelTable, Timeouts
+
+# The cluster fixtures, registered here for every test (tests/redis_cluster.py).
+from tests.redis_cluster import RedisServer, own_redis_cluster, redis_cluster, sync_client  # noqa: F401
 from tests.servers import listening_socket, run_uvicorn
 from workers.fake.app import create_app as create_fake_worker
 
@@ -32,15 +35,30 @@ FAKE_MODEL = "fake-model"
 OTHER_MODEL = "other-model"
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module marked `also_on_cluster` runs each of its tests that uses Redis twice: on one
+    Redis and on the session's Redis Cluster (that one marked `cluster`)."""
+    if metafunc.definition.get_closest_marker("also_on_cluster") and "redis_server" in metafunc.fixturenames:
+        metafunc.parametrize(
+            "redis_server",
+            ["single", pytest.param("cluster", marks=pytest.mark.cluster)],
+            indirect=True,
+            scope="session",
+        )
+
+
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[EmbeddedRedis]:
+def redis_server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    if getattr(request, "param", "single") == "cluster":
+        yield request.getfixturevalue("redis_cluster")
+        return
     with EmbeddedRedis() as server:
         yield server
 
 
 @pytest.fixture
-def redis_client(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_server.url)
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis | redis.RedisCluster]:
+    client = sync_client(redis_server.url)
     yield client
     client.close()
 
@@ -188,14 +206,14 @@ def _gateway_factory(redis_url: str, worker_url: str, session_log: SessionLog) -
 
 
 @pytest.fixture
-def make_gateway(redis_server: EmbeddedRedis, fake_worker: str, session_log: SessionLog) -> GatewayFactory:
+def make_gateway(redis_server: RedisServer, fake_worker: str, session_log: SessionLog) -> GatewayFactory:
     """Builds real gateways (default: in front of the fake worker) that live within one test."""
     return _gateway_factory(redis_server.url, fake_worker, session_log)
 
 
 @pytest.fixture(scope="module")
 def make_gateway_module(
-    redis_server: EmbeddedRedis, fake_worker: str, session_log: SessionLog
+    redis_server: RedisServer, fake_worker: str, session_log: SessionLog
 ) -> GatewayFactory:
     """The same, for gateways shared by a module's tests (in front of a slow-to-start worker)."""
     return _gateway_factory(redis_server.url, fake_worker, session_log)

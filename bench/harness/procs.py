@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import json
 import os
+import resource
 import secrets
 import select
 import shutil
@@ -41,10 +42,14 @@ def free_port() -> int:
         return port
 
 
-def _child_setup(cpus: set[int] | None) -> Callable[[], None]:
-    """Runs in the child between fork and exec: pin it, and let it die with this process."""
+def _child_setup(cpus: set[int] | None, nofile: int | None = None) -> Callable[[], None]:
+    """Runs in the child between fork and exec: pin it, let it die with this process, and give it
+    `nofile` as its soft descriptor limit (the child's own, never this process's)."""
 
     def setup() -> None:
+        if nofile is not None:
+            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
         if cpus:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, cpus)
@@ -154,7 +159,7 @@ def guarded(children: Children, hard_limit_s: int, work: Callable[[], T]) -> T |
 
 
 def start_announcing(
-    children: Children, name: str, argv: list[str], cpus: set[int] | None
+    children: Children, name: str, argv: list[str], cpus: set[int] | None, *, timeout_s: float = 10.0
 ) -> tuple[int, subprocess.Popen[bytes]]:
     """Starts a child that prints `READY <port>` once listening (bench/mock_worker.py, bare_proxy.py)."""
     proc = subprocess.Popen(
@@ -166,7 +171,7 @@ def start_announcing(
     )
     children.add(name, proc)
     assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], 10)
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
     line = proc.stdout.readline().decode() if ready else ""
     if not line.startswith("READY "):
         raise RuntimeError(f"{name} did not start (said {line!r})")
@@ -177,11 +182,18 @@ BARE_PROXY = Path(__file__).resolve().parents[1] / "bare_proxy.py"
 
 
 def start_bare_proxy(
-    children: Children, name: str, upstream: str, cpus: set[int] | None
+    children: Children,
+    name: str,
+    upstream: str,
+    cpus: set[int] | None,
+    *,
+    wrap: tuple[str, ...] = (),
+    timeout_s: float = 10.0,
 ) -> tuple[int, subprocess.Popen[bytes]]:
-    """bench/bare_proxy.py in front of `upstream` (the gateway's uvicorn settings), pinned to `cpus`."""
-    argv = [sys.executable, str(BARE_PROXY), "--port", "0", "--upstream", upstream]
-    port, proc = start_announcing(children, name, argv, cpus)
+    """bench/bare_proxy.py in front of `upstream` (the gateway's uvicorn settings), pinned to `cpus`;
+    `wrap` runs it under another program (valgrind), which then needs a longer `timeout_s` to start."""
+    argv = [*wrap, sys.executable, str(BARE_PROXY), "--port", "0", "--upstream", upstream]
+    port, proc = start_announcing(children, name, argv, cpus, timeout_s=timeout_s)
     pin(proc.pid, cpus)  # any thread started during boot, too
     return port, proc
 
@@ -197,6 +209,7 @@ def start_server(
     env: dict[str, str] | None = None,
     cwd: str | Path = REPO,
     timeout_s: float = 20.0,
+    nofile: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Starts an HTTP server logging to `log_path` and waits until `ready_url` answers 200."""
     with log_path.open("wb") as log_file:
@@ -207,7 +220,7 @@ def start_server(
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            preexec_fn=_child_setup(cpus),
+            preexec_fn=_child_setup(cpus, nofile),
             start_new_session=True,
         )
     children.add(name, proc)
@@ -247,11 +260,23 @@ class Stack:
 
 @contextlib.contextmanager
 def gateway_stack(
-    children: Children, models: dict[str, str], gw_cpus: set[int] | None, rest_cpus: set[int] | None
+    children: Children,
+    models: dict[str, str],
+    gw_cpus: set[int] | None,
+    rest_cpus: set[int] | None,
+    *,
+    wrap: tuple[str, ...] = (),
+    timeout_s: float = 20.0,
+    env: dict[str, str] | None = None,
+    model_yaml: str = "",
+    nofile: int | None = None,
 ) -> Iterator[Stack]:
     """A throwaway Redis (pinned to `rest_cpus`) and `python -m gateway serve` (pinned to `gw_cpus`,
     log level warning) routing each model name to one worker URL, with a team and a key whose rpm
-    never limits, so every request takes the full path (auth, rate limit, routing, metering)."""
+    never limits, so every request takes the full path (auth, rate limit, routing, metering).
+    `wrap` runs the gateway under another program (valgrind; its pid is the gateway's), which
+    then needs a longer `timeout_s` to start. `env` adds settings, `model_yaml` adds lines to every
+    model entry (indented by four spaces), `nofile` is the gateway's soft descriptor limit."""
     with EmbeddedRedis() as redis, tempfile.TemporaryDirectory(prefix="sluicegate-bench-") as tmp:
         redis_pids = find_pids(parent=os.getpid(), comm="redis-server")
         children.redis_pids += redis_pids
@@ -262,12 +287,13 @@ def gateway_stack(
         config.write_text(
             "models:\n"
             + "".join(
-                f"  - name: {name}\n    endpoints:\n      - url: {url}\n" for name, url in models.items()
+                f"  - name: {name}\n    endpoints:\n      - url: {url}\n{model_yaml}"
+                for name, url in models.items()
             )
         )
         admin_token = secrets.token_urlsafe(24)
         port = free_port()
-        env = {
+        gateway_env = {
             **os.environ,
             "SLUICEGATE_REDIS_URL": redis.url,
             "SLUICEGATE_CONFIG": str(config),
@@ -277,18 +303,28 @@ def gateway_stack(
             "SLUICEGATE_LOG_LEVEL": "warning",
             # Nothing routes to it through a Service: no reason to keep serving after SIGTERM.
             "SLUICEGATE_SHUTDOWN_DELAY": "0",
+            **(env or {}),
         }
         # Another checkout's gateway (say, main before a change) against this run's baselines.
         other = os.environ.get("SLUICEGATE_BENCH_GATEWAY_SRC")
         if other:
             # `python -m` puts its working directory first on sys.path: it must be the other
             # checkout, or this one's gateway is what runs.
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, (other, env.get("PYTHONPATH"))))
+            gateway_env["PYTHONPATH"] = os.pathsep.join(filter(None, (other, gateway_env.get("PYTHONPATH"))))
         base = f"http://127.0.0.1:{port}"
         log_path = Path(tmp) / "gateway.log"
-        argv = [sys.executable, "-m", "gateway", "serve"]
+        argv = [*wrap, sys.executable, "-m", "gateway", "serve"]
         gateway = start_server(
-            children, "gateway", argv, base + "/readyz", log_path, cpus=gw_cpus, env=env, cwd=other or REPO
+            children,
+            "gateway",
+            argv,
+            base + "/readyz",
+            log_path,
+            cpus=gw_cpus,
+            env=gateway_env,
+            cwd=other or REPO,
+            timeout_s=timeout_s,
+            nofile=nofile,
         )
         pin(gateway.pid, gw_cpus)  # any thread started during boot, too
         http_json("POST", base + "/admin/v1/teams", admin_token, {"name": "bench"})

@@ -16,11 +16,14 @@ An entry's fields:
 Never a key's secret or its hash, never the admin token: the key store hands over field values of
 the public record only.
 
-Atomic with the change: the key store queues the entry's XADD in the same MULTI/EXEC as the change
-it describes (gateway/keys/store.py), so a change never lands without its entry, nor an entry
-without its change. Redis checks every queued command before EXEC runs any of them (an
-out-of-memory Redis refuses the whole transaction), and a transaction that fails is a 503
-`redis_unavailable` to the admin, so a failed audit write is never a silent change.
+Written as a step of the change (gateway/keys/steps.py): a change's keys and this stream are in
+different Redis Cluster hash slots (a key's record is found by its secret's hash alone), so no
+transaction holds both, on a cluster or (one code path) on one Redis. The key store orders the
+entry against its change: a key's creation or rotation writes the entry before the step that
+makes the new secret usable, so no usable secret lacks its entry; a revocation marks the key
+first (refusing it matters more than recording it) and a team's change lands first. A write
+whose entry fails is a 503 `redis_unavailable` to the admin, so a missed entry is never silent:
+the admin knows the outcome is unknown, and the change, if it landed, is in the listings.
 """
 
 from __future__ import annotations
@@ -33,12 +36,11 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import orjson
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 from redis.typing import EncodableT, FieldT
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.redis import keys as redis_keys
+from gateway.redis.client import RedisClient
 
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
@@ -79,9 +81,8 @@ class PeerJournal:
         self._log = log
         self._peer = peer
 
-    def write(
+    async def write(
         self,
-        pipe: Pipeline,
         action: str,
         *,
         team: str,
@@ -89,11 +90,11 @@ class PeerJournal:
         before: Mapping[str, Any],
         after: Mapping[str, Any],
     ) -> None:
-        self._log.append(pipe, action, team=team, key_id=key_id, diff=changes(before, after), peer=self._peer)
+        await self._log.append(action, team=team, key_id=key_id, diff=changes(before, after), peer=self._peer)
 
 
 class AuditLog:
-    def __init__(self, redis: Redis, *, max_entries: int) -> None:
+    def __init__(self, redis: RedisClient, *, max_entries: int) -> None:
         self._redis = redis
         self._max_entries = max_entries
 
@@ -101,9 +102,8 @@ class AuditLog:
         # An address is short; anything longer is not one (a trusted chain's odd hop): cut it.
         return PeerJournal(self, peer[:_MAX_PEER_CHARS])
 
-    def append(
+    async def append(
         self,
-        pipe: Pipeline,
         action: str,
         *,
         team: str,
@@ -111,7 +111,7 @@ class AuditLog:
         diff: Mapping[str, list[Any]],
         peer: str,
     ) -> None:
-        """Queues the entry on `pipe`, the change's own transaction; the id `*` is Redis's clock."""
+        """Appends the entry; its id `*` is Redis's clock."""
         fields: dict[FieldT, EncodableT] = {
             "action": action,
             "team": team,
@@ -119,7 +119,7 @@ class AuditLog:
             "changes": orjson.dumps(diff),
             "peer": peer,
         }
-        pipe.xadd(redis_keys.audit_log(), fields, maxlen=self._max_entries, approximate=True)
+        await self._redis.xadd(redis_keys.audit_log(), fields, maxlen=self._max_entries, approximate=True)
 
     async def entries(
         self, *, team: str | None, since_ms: int | None, before: str | None, limit: int

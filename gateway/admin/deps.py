@@ -25,7 +25,7 @@ class AdminDeps:
     auth: Authenticator  # its cache forgets a changed key at once (through `keys`)
     meter: Meter  # usage reports
     router: Router  # models, pools and endpoints
-    audit: AuditLog  # every change written down, in the change's own transaction
+    audit: AuditLog  # every change written down, as a step of the change (gateway/keys/steps.py)
     # Failed admin-token attempts per client address: one per app, so built here from the settings.
     throttle: AdminThrottle = field(init=False)
     # The changes a cached key must not outlive, for the admin API and the console alike.

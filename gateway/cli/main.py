@@ -158,7 +158,7 @@ def _reports(sub: Any) -> None:
     usage.add_argument("--model", help="only this model")
     usage.add_argument("--since", type=day, help="YYYY-MM-DD (inclusive)")
     usage.add_argument("--until", type=day, help="YYYY-MM-DD (inclusive)")
-    usage.add_argument("--group-by", choices=GROUP_BYS, help="one row per team, key, model or day")
+    usage.add_argument("--group-by", choices=GROUP_BYS, help="one row per team, key, model, api or day")
     output = usage.add_mutually_exclusive_group()
     output.add_argument("--csv", action="store_true", help="print CSV (the table's columns)")
     output.add_argument("--json", action="store_true", help="print the rows as a JSON list")

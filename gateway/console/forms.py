@@ -5,19 +5,26 @@ gateway/limits/spec.py judge them with one set of rules."""
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from starlette.requests import Request
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.body import read_body
+from gateway.limits.spec import LimitSet
 
 MAX_FORM_BYTES = 16 * 1024
-_MAX_FIELDS = 200
+# A limits form has four fields per model (model_limit_rows): room for a few hundred models.
+_MAX_FIELDS = 1000
 _FORM_TYPE = "application/x-www-form-urlencoded"
 # The limit fields each form shows: a team's and a key's (gateway/limits/spec.py decides).
-TEAM_FIELDS = ("rpm", "tpm", "max_concurrency", "daily_tokens", "monthly_tokens", "weight")
-KEY_FIELDS = ("rpm", "tpm", "max_concurrency", "daily_tokens", "monthly_tokens")
+TEAM_FIELDS = ("rpm", "tpm", "max_concurrency", "daily_tokens", "monthly_tokens", "weight", "priority")
+KEY_FIELDS = ("rpm", "tpm", "max_concurrency", "daily_tokens", "monthly_tokens", "priority")
+# A model's own limits (`model_limits` in the admin API, `--model-limit` in the CLI), each sent as
+# `model_limits.<model>.<field>`: a model's name may hold dots, never after its last one.
+MODEL_FIELDS = ("rpm", "tpm", "max_concurrency")
+_MODEL_PREFIX = "model_limits."
 
 
 class Form:
@@ -32,6 +39,9 @@ class Form:
 
     def getlist(self, name: str) -> list[str]:
         return [value for key, value in self._pairs if key == name]
+
+    def names(self) -> list[str]:
+        return list(dict.fromkeys(key for key, _ in self._pairs))
 
     def values(self) -> dict[str, str]:
         """Every field's last value: what a form shown again is filled with."""
@@ -76,4 +86,58 @@ def limit_body(form: Form, fields: tuple[str, ...]) -> tuple[dict[str, Any], lis
     counts = form.get("tpm_counts")
     if counts:
         body["tpm_counts"] = counts
+    return body, blank
+
+
+def model_limit_rows(
+    models: Iterable[str], limits: LimitSet | None, form: Form | None = None
+) -> list[dict[str, str]]:
+    """One row per model of a per-model limits table: the models served, and any other that has
+    limits already (so they are seen, and can be removed). Filled from the stored limits, or from
+    a form sent back with its error."""
+    per_model = limits.per_model if limits is not None else {}
+    rows = []
+    for model in sorted({*models, *per_model}):
+        own = per_model.get(model)
+        stored = own.as_dict() if own is not None else {}
+        row = {"model": model, "tpm_counts": str(stored.get("tpm_counts", "total"))}
+        row.update({name: str(stored.get(name, "")) for name in MODEL_FIELDS})
+        if form is not None:
+            row.update(
+                {name: form.get(f"{_MODEL_PREFIX}{model}.{name}") for name in (*MODEL_FIELDS, "tpm_counts")}
+            )
+        rows.append(row)
+    return rows
+
+
+def model_limit_body(form: Form, known: Collection[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The admin API's `model_limits` from a form's per-model rows, and the `model_limits.<model>`
+    names of the rows left blank (to clear on an edit). A model must be one of `known`: served, or
+    holding limits already."""
+    body: dict[str, dict[str, Any]] = {}
+    blank: list[str] = []
+    models = [
+        name[len(_MODEL_PREFIX) :].rpartition(".")[0]
+        for name in form.names()
+        if name.startswith(_MODEL_PREFIX)
+    ]
+    for model in dict.fromkeys(models):
+        if model not in known:
+            raise GatewayError(
+                ErrorCode.INVALID_REQUEST,
+                "'model_limits' names a model this gateway does not serve.",
+                param="model_limits",
+            )
+        own: dict[str, Any] = {}
+        for name in MODEL_FIELDS:
+            value = whole_number(form, f"{_MODEL_PREFIX}{model}.{name}")
+            if value is not None:
+                own[name] = value
+        if not own:
+            blank.append(f"{_MODEL_PREFIX}{model}")
+            continue
+        counts = form.get(f"{_MODEL_PREFIX}{model}.tpm_counts")
+        if counts:
+            own["tpm_counts"] = counts
+        body[model] = own
     return body, blank

@@ -19,13 +19,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.admin import validation
-from gateway.console.forms import KEY_FIELDS, Form, limit_body, whole_number
-from gateway.console.teams import notice
+from gateway.console.forms import KEY_FIELDS, Form, model_limit_rows, whole_number
+from gateway.console.teams import limits_body, notice, served_models
 from gateway.console.web import Console, Page, redirect
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.record import KeyRecord
 from gateway.limits.spec import parse_limits
 from gateway.redis import keys as redis_keys
+from gateway.routing.share import PRIORITY_DEFAULT
 
 FLASH_TTL_S = 120
 _MAX_NAME = 200
@@ -42,8 +43,11 @@ def _status(record: KeyRecord, now: float) -> str:
     return "active"
 
 
-def _known_models(page: Page) -> list[str]:
-    return sorted(route.model.name for route in page.deps.router.models())
+async def _team_priority(page: Page, team: str) -> int:
+    """The team's priority band: a key's own is capped at it (gateway/routing/share.py)."""
+    limits = await page.deps.keystore.team_limits(team)
+    own = limits.priority if limits is not None else None
+    return own or PRIORITY_DEFAULT
 
 
 def _models(form: Form, page: Page) -> list[str] | None:
@@ -101,8 +105,10 @@ class Keys:
             "status": wanted,
             "filters": _FILTERS,
             "fields": KEY_FIELDS,
-            "models": _known_models(page),
+            "models": served_models(page),
             "form": {},
+            "model_rows": model_limit_rows(served_models(page), None),
+            "team_priority": await _team_priority(page, team),
             "picked": [],
             "flash": None,
             "notice": None,
@@ -120,7 +126,7 @@ class Keys:
         team = validation.team_name(request.path_params["team"])
         form = page.form
         try:
-            body, _ = limit_body(form, KEY_FIELDS)
+            body, _ = limits_body(form, KEY_FIELDS, page, None)
             record, secret = await page.deps.keystore.create_key(
                 team,
                 name=_key_name(form),
@@ -131,33 +137,43 @@ class Keys:
             )
         except GatewayError as exc:
             context = await self._context(request, page, team)
-            context.update(error=exc.message, form=form.values(), picked=form.getlist("models"))
+            context.update(
+                error=exc.message,
+                form=form.values(),
+                picked=form.getlist("models"),
+                model_rows=model_limit_rows(served_models(page), None, form),
+            )
             return self._console.render(
                 request, "keys.html", context, session=page.session, status=exc.status
             )
         flash_id = await self._flash(page, record, secret)
         return redirect(f"/teams/{team}/keys?flash={flash_id}")
 
-    def _edit_context(self, page: Page, record: KeyRecord) -> dict[str, Any]:
+    async def _edit_context(self, page: Page, record: KeyRecord, sent: Form | None = None) -> dict[str, Any]:
         limits = record.limits.as_dict()
         form = {field: str(limits.get(field, "")) for field in KEY_FIELDS}
         form["tpm_counts"] = str(limits.get("tpm_counts", "total"))
         if record.expires_at is not None:
             when = dt.datetime.fromtimestamp(record.expires_at, dt.UTC)
             form["expires_at"] = when.strftime("%Y-%m-%dT%H:%M")
+        picked = sorted(record.models) if record.models is not None else []
+        if sent is not None:
+            form, picked = sent.values(), sent.getlist("models")
         return {
             "key": record,
             "status": _status(record, time.time()),
             "fields": KEY_FIELDS,
-            "models": _known_models(page),
-            "picked": sorted(record.models) if record.models is not None else [],
+            "models": served_models(page),
+            "picked": picked,
             "form": form,
+            "model_rows": model_limit_rows(served_models(page), record.limits, sent),
+            "team_priority": await _team_priority(page, record.team),
             "notice": None,
         }
 
     async def show(self, request: Request, page: Page) -> Response:
         record = await page.deps.keystore.key(request.path_params["key_id"])
-        context = self._edit_context(page, record)
+        context = await self._edit_context(page, record)
         context["notice"] = notice(request, _NOTICES)
         return self._console.render(request, "key.html", context, session=page.session)
 
@@ -165,7 +181,7 @@ class Keys:
         record = await page.deps.keystore.key(request.path_params["key_id"])
         form = page.form
         try:
-            body, blank = limit_body(form, KEY_FIELDS)
+            body, blank = limits_body(form, KEY_FIELDS, page, record.limits)
             changes, cleared = validation.limit_changes({**body, "clear": blank}, budgets=False)
             updated = await page.deps.keystore.update_key(
                 record.id,
@@ -176,8 +192,8 @@ class Keys:
                 journal=page.journal(request),
             )
         except GatewayError as exc:
-            context = self._edit_context(page, record)
-            context.update(error=exc.message, form=form.values(), picked=form.getlist("models"))
+            context = await self._edit_context(page, record, form)
+            context["error"] = exc.message
             return self._console.render(request, "key.html", context, session=page.session, status=exc.status)
         return redirect(f"/keys/{updated.id}?done=updated")
 

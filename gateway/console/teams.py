@@ -1,4 +1,5 @@
-"""Teams: the list (limits, budgets, weight, this month's tokens), create, edit, delete.
+"""Teams: the list (limits, per-model limits, budgets, weight, priority, this month's tokens),
+create, edit, delete.
 
 Every change goes through the key store with the request's audit journal, as the admin API's do,
 and validation is the API's own (gateway/admin/validation.py, gateway/limits/spec.py).
@@ -13,10 +14,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.admin import validation
-from gateway.console.forms import TEAM_FIELDS, limit_body
+from gateway.console.forms import TEAM_FIELDS, Form, limit_body, model_limit_body, model_limit_rows
 from gateway.console.web import Console, Page, redirect
 from gateway.errors import GatewayError
-from gateway.limits.spec import parse_limits
+from gateway.limits.spec import LimitSet, parse_limits
 from gateway.metering import usage_report
 
 _NOTICES = {
@@ -29,6 +30,25 @@ _NOTICES = {
 def notice(request: Request, notices: dict[str, str]) -> str | None:
     """A fixed message named in the query (after a redirect): never text from the URL itself."""
     return notices.get(request.query_params.get("done", ""))
+
+
+def served_models(page: Page) -> list[str]:
+    """The names of the models served now (not their aliases: limits are kept by name)."""
+    return sorted(route.model.name for route in page.deps.router.models())
+
+
+def limits_body(
+    form: Form, fields: tuple[str, ...], page: Page, current: LimitSet | None
+) -> tuple[dict[str, Any], list[str]]:
+    """A team's or key's form as the admin API's body (per-model limits included), and the names
+    left blank: to clear on an edit. A model with limits already may keep them though no longer
+    served; a new one must be served."""
+    body, blank = limit_body(form, fields)
+    known = {*served_models(page), *(current.per_model if current is not None else ())}
+    per_model, blank_models = model_limit_body(form, known)
+    if per_model:
+        body["model_limits"] = per_model
+    return body, [*blank, *blank_models]
 
 
 class Teams:
@@ -47,7 +67,12 @@ class Teams:
             if limits is None:  # deleted meanwhile
                 continue
             teams.append({"name": name, "limits": limits.as_dict(), "month_tokens": tokens.get(name, 0)})
-        return {"teams": teams, "fields": TEAM_FIELDS, "form": {}}
+        return {
+            "teams": teams,
+            "fields": TEAM_FIELDS,
+            "form": {},
+            "model_rows": model_limit_rows(served_models(page), None),
+        }
 
     async def index(self, request: Request, page: Page) -> Response:
         context = await self._list_context(page)
@@ -58,26 +83,38 @@ class Teams:
         form = page.form
         try:
             name = validation.team_name(form.get("name").strip(), "name")
-            body, _ = limit_body(form, TEAM_FIELDS)
+            body, _ = limits_body(form, TEAM_FIELDS, page, None)
             limits = parse_limits(body, budgets=True)
             await page.deps.keystore.create_team(name, limits, journal=page.journal(request))
         except GatewayError as exc:
             context = await self._list_context(page)
-            context.update(error=exc.message, form=form.values())
+            context.update(
+                error=exc.message,
+                form=form.values(),
+                model_rows=model_limit_rows(served_models(page), None, form),
+            )
             return self._console.render(
                 request, "teams.html", context, session=page.session, status=exc.status
             )
         return redirect(f"/teams/{name}?done=created")
 
-    async def _team_context(self, page: Page, name: str) -> dict[str, Any]:
+    async def _team_context(self, page: Page, name: str, sent: Form | None = None) -> dict[str, Any]:
         team = await page.deps.keystore.team(name)
         keys = await page.deps.keystore.list_keys(name)
-        limits = team["limits"]
-        assert isinstance(limits, dict)
+        stored = await page.deps.keystore.team_limits(name)
+        limits = stored.as_dict() if stored is not None else {}
         form = {field: str(limits.get(field, "")) for field in TEAM_FIELDS}
         form["tpm_counts"] = str(limits.get("tpm_counts", "total"))
+        if sent is not None:
+            form = sent.values()
         active = sum(1 for k in keys if not k.revoked)
-        return {"team": team, "fields": TEAM_FIELDS, "form": form, "active_keys": active}
+        return {
+            "team": team,
+            "fields": TEAM_FIELDS,
+            "form": form,
+            "active_keys": active,
+            "model_rows": model_limit_rows(served_models(page), stored, sent),
+        }
 
     async def show(self, request: Request, page: Page) -> Response:
         name = validation.team_name(request.path_params["team"])
@@ -89,12 +126,13 @@ class Teams:
         name = validation.team_name(request.path_params["team"])
         form = page.form
         try:
-            body, blank = limit_body(form, TEAM_FIELDS)
+            current = await page.deps.keystore.team_limits(name)
+            body, blank = limits_body(form, TEAM_FIELDS, page, current)
             changes, cleared = validation.limit_changes({**body, "clear": blank}, budgets=True)
             await page.deps.keys.update_team(name, changes, cleared, journal=page.journal(request))
         except GatewayError as exc:
-            context = await self._team_context(page, name)
-            context.update(error=exc.message, form=form.values())
+            context = await self._team_context(page, name, form)
+            context["error"] = exc.message
             return self._console.render(
                 request, "team.html", context, session=page.session, status=exc.status
             )

@@ -1,4 +1,5 @@
-"""Usage: tokens and requests per day, per team or per model, over a chosen date range; a stacked
+"""Usage: tokens and requests per day, per team, key, model or client API, over a chosen date
+range (settle.lua meters every request by key, model and api already); a stacked
 bar chart, the table it is drawn from with errors, disconnects and totals, and a CSV of exactly
 that table. When the model table prices models (gateway/pricing.py), cost too: a column, a total
 and a chart of it, the exact decimals the admin API gives. Rows come from Meter.report and are
@@ -29,7 +30,9 @@ from gateway.pricing import add, amount, parse_amount
 
 _DEFAULT_DAYS = 7
 _MAX_DAYS = 366
-_BYS = ("team", "model")
+_BYS = ("team", "key", "model", "api")
+# What usage metered before the api was recorded shows as, per api (its CSV cell stays empty).
+NO_API = "(not recorded)"
 _METRICS = {"tokens": "total_tokens", "requests": "requests", "cost": "cost"}
 COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "total_tokens", "errors", "disconnects")
 
@@ -77,10 +80,23 @@ def parse_query(request: Request) -> Query:
 
 @dataclass(frozen=True, slots=True)
 class Table:
-    rows: list[dict[str, Any]]  # one per day and team (or model) that has usage
+    rows: list[dict[str, Any]]  # one per day and team (key, model, api) that has usage
     totals: dict[str, Any]
     days: list[str]  # every day of the range
     currency: str | None  # the prices' currency; None: no model is priced, and no cost is shown
+
+
+async def _labels(page: Page, query: Query, teams: list[str]) -> dict[object, str]:
+    """What a group is shown as, where not its own value: a key by its name and id."""
+    if query.by == "api":
+        return {None: NO_API}
+    if query.by != "key":
+        return {}
+    labels: dict[object, str] = {}
+    for team in teams:
+        for key in await page.deps.keystore.list_keys(team):
+            labels[key.id] = f"{key.name} ({key.id})" if key.name else key.id
+    return labels
 
 
 async def table(page: Page, query: Query) -> Table:
@@ -90,13 +106,16 @@ async def table(page: Page, query: Query) -> Table:
     days = [
         (query.since + dt.timedelta(days=n)).isoformat() for n in range((query.until - query.since).days + 1)
     ]
+    column = "key_id" if query.by == "key" else query.by
+    labels = await _labels(page, query, teams)
     out: list[dict[str, Any]] = []
     for day in days:
         for grouped in usage_report.group([r for r in rows if r["day"] == day], query.by):
             out.append(
                 {
                     "day": day,
-                    "group": grouped[query.by],
+                    "group": grouped[column],
+                    "label": labels.get(grouped[column], str(grouped[column])),
                     **{c: grouped[c] for c in COUNTERS},
                     "cost": grouped["cost"],
                 }
@@ -113,11 +132,11 @@ def chart(query: Query, rows: list[dict[str, Any]], days: list[str]) -> dict[str
     """What console.js hands Chart.js: one stacked dataset per team (or model). Costs are summed
     exactly and become floats only here, for drawing; the totals and the table show the decimals."""
     column = _METRICS[query.metric]
-    groups = sorted({str(r["group"]) for r in rows})
+    groups = sorted({str(r["label"]) for r in rows})
     index = {day: n for n, day in enumerate(days)}
     datasets = []
     for group in groups:
-        mine = [row for row in rows if str(row["group"]) == group]
+        mine = [row for row in rows if str(row["label"]) == group]
         data: list[int] | list[float]
         if column == "cost":
             data = [float(add(_amount(row["cost"]) for row in mine if row["day"] == day)) for day in days]
@@ -162,6 +181,7 @@ class Usage:
             "currency": found.currency,
             "metrics": [m for m in _METRICS if m != "cost" or found.currency],
             "counters": COUNTERS,
+            "bys": _BYS,
             "chart": orjson.dumps(chart(query, found.rows, found.days)).decode(),
             "teams": await page.deps.keystore.list_teams(),
             "error": error,

@@ -17,7 +17,6 @@ from typing import Any
 from urllib.parse import quote
 
 import jinja2
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -33,6 +32,7 @@ from gateway.console.session import CSRF_FIELD, CSRF_HEADER, Session, Sessions
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.networks import trusted_networks
 from gateway.redis import keys as redis_keys
+from gateway.redis.client import RedisClient
 from gateway.state import app_state
 
 BASE = "/admin/ui"
@@ -134,7 +134,7 @@ class Page:
     """One console request, signed in: the admin API's dependencies, the session, the form."""
 
     deps: AdminDeps
-    redis: Redis
+    redis: RedisClient
     session: Session
     form: Form
 
@@ -156,6 +156,21 @@ def _number(value: object) -> str:
     return f"{value:,}" if isinstance(value, int) else ("" if value is None else str(value))
 
 
+def _model_limits_text(limits: Mapping[str, Any]) -> str:
+    """The per-model part of LimitSet.as_dict() on one line: `qwen: rpm=5 tpm=100; llama: rpm=2`."""
+    per_model: Mapping[str, Mapping[str, Any]] = limits.get("model_limits") or {}
+    return "; ".join(
+        f"{model}: " + " ".join(f"{name}={_number(value)}" for name, value in own.items())
+        for model, own in per_model.items()
+    )
+
+
+def _limits_text(limits: Mapping[str, Any]) -> str:
+    """All of LimitSet.as_dict() on one line, the per-model limits last."""
+    own = " ".join(f"{name}={_number(value)}" for name, value in limits.items() if name != "model_limits")
+    return "; ".join(part for part in (own, _model_limits_text(limits)) if part)
+
+
 class Console:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -166,6 +181,8 @@ class Console:
         )
         env.filters["when"] = _when
         env.filters["number"] = _number
+        env.filters["limits_text"] = _limits_text
+        env.filters["model_limits_text"] = _model_limits_text
         env.globals["base"] = BASE
         env.globals["client_base"] = self.client_base
         self.templates = Jinja2Templates(env=env)

@@ -19,6 +19,7 @@ from gateway.http.context import RequestContext, client_request_id, new_request_
 from gateway.observability.logs import Fields, loggable, redact
 from gateway.observability.metrics import UNKNOWN_MODEL, Metrics
 from gateway.proxy.forwarding import Forwarding
+from gateway.proxy.translation import ignored
 from gateway.state import RequestState
 
 access_log = logging.getLogger("sluicegate.access")
@@ -113,7 +114,10 @@ class RequestContextMiddleware:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 ctx.status = message["status"]
-                message["headers"] = [*message.get("headers", ()), *id_headers]
+                headers = [*message.get("headers", ())]
+                if ctx.ignored:  # what the request's translation dropped, on every answer to it
+                    headers.append(ignored.header(ctx.ignored))
+                message["headers"] = [*headers, *id_headers]
             await send(message)
 
         try:

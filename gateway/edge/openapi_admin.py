@@ -127,8 +127,8 @@ def admin_paths() -> Schema:
                     query_param("until", s.date(), "Last day (UTC), YYYY-MM-DD."),
                     query_param(
                         "group_by",
-                        {"enum": ["team", "key", "model", "day"]},
-                        "One row per team, key, model or day, counters summed.",
+                        {"enum": ["team", "key", "model", "api", "day"]},
+                        "One row per team, key, model, client API or day, counters summed.",
                     ),
                     query_param("format", {"type": "string"}, "`csv` for CSV; anything else is JSON."),
                 ],

@@ -31,7 +31,8 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.config import Settings
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.disconnect import ABORT_EXTENSION
+from gateway.http.body import BODY_ARRIVED_EXTENSION
+from gateway.proxy.disconnect import ABORT_EXTENSION, GONE_EXTENSION, WRITE_ROOM_EXTENSION, GoneHooks
 
 # Requests a client may queue behind the one being answered (HTTP/1.1 pipelining). uvicorn pauses
 # reading once one is queued, but every head already in the bytes it read is parsed and queued:
@@ -88,11 +89,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_open = True
         self._head_bytes = 0
         self._heads_completed = 0
+        self._bodies_completed = 0  # requests whose whole body has arrived
         # True from a chunk's size line to its first byte: for the last chunk, that is its trailers.
         self._maybe_in_trailers = False
         self._trailer_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._drain_timer: asyncio.TimerHandle | None = None
+        self._gone = GoneHooks()  # the watches of this connection's requests (gateway/proxy/disconnect.py)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -105,6 +108,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
         super().connection_lost(exc)
+        self._gone.fire()
 
     def data_received(self, data: bytes) -> None:
         while data and not self.transport.is_closing():
@@ -112,13 +116,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _feed_head(self, data: bytes) -> bytes:
         """Feeds what fits under the head cap; returns what is left for after the head."""
-        self._start_head_timer()
         room = self.max_head_bytes - self._head_bytes
         part, rest = data[:room], data[room:]
         self._head_bytes += len(part)
         heads_before = self._heads_completed
         if part:
             super().data_received(part)
+        if self._heads_completed == heads_before and not self.transport.is_closing():
+            # The head is still arriving: timed from now (the same moment as its first bytes,
+            # for a timer that fires seconds later). A head that came whole in this call, as most
+            # do, never arms one.
+            self._start_head_timer()
         if rest and self._heads_completed == heads_before and not self.transport.is_closing():
             # The head did not end within the cap; httptools would buffer the rest of its line.
             self._refuse(
@@ -144,8 +152,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        # The app's way to cut this client off (gateway/proxy/disconnect.py); a zero-argument call.
-        self.scope["extensions"] = {ABORT_EXTENSION: self.transport.abort}  # type: ignore[dict-item]
+        # The app's way to cut this client off (gateway/proxy/disconnect.py), a zero-argument
+        # call, and to hear that it is gone without a task waiting on `receive`.
+        extensions: dict[str, Any] = {
+            ABORT_EXTENSION: self.transport.abort,
+            GONE_EXTENSION: self._gone,
+            WRITE_ROOM_EXTENSION: self._write_room,
+        }
+        self.scope["extensions"] = extensions
 
     def on_headers_complete(self) -> None:
         self._head_open = False
@@ -154,8 +168,21 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._trailer_bytes = 0
         self._cancel_head_timer()
         super().on_headers_complete()
+        # For gateway/http/body.py: a body already whole is read without a timer. By count, not
+        # through uvicorn's cycle object: a scope that held its cycle would be a reference cycle,
+        # every request's left for the garbage collector.
+        ordinal = self._heads_completed
+        extensions: dict[str, Any] = self.scope["extensions"]
+        extensions[BODY_ARRIVED_EXTENSION] = lambda: self._bodies_completed >= ordinal
         if len(self.pipeline) > MAX_PIPELINED:
             self._close()
+
+    def _write_room(self, size: int) -> bool:
+        """Whether `size` more bytes fit under the high-water mark: a send that cannot wait."""
+        transport = self.transport
+        if self.flow is None or self.flow.write_paused or transport.is_closing():
+            return False
+        return bool(transport.get_write_buffer_size() + size < transport.get_write_buffer_limits()[1])
 
     def timeout_keep_alive_handler(self) -> None:
         # uvicorn closes gracefully, which waits for the client to read what is buffered: one
@@ -173,6 +200,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._maybe_in_trailers = False
 
     def on_message_complete(self) -> None:
+        self._bodies_completed += 1
         self._head_open = True
         self._maybe_in_trailers = False
         if self._drain_timer is not None:

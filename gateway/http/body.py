@@ -4,10 +4,16 @@ console all read theirs this way."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from starlette.requests import Request
+from starlette.types import Scope
 
 from gateway.errors import ErrorCode, GatewayError
+
+# The ASGI scope extension (the gateway's own server, gateway/edge/server.py): a zero-argument
+# call saying whether the request's whole body has arrived already.
+BODY_ARRIVED_EXTENSION = "sluicegate.body_arrived"
 
 
 async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes:
@@ -19,15 +25,13 @@ async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise too_large
-    parts: list[bytes] = []
-    size = 0
+    if _arrived(request.scope):
+        # The whole body came with the head (a small one does): reading it cannot wait, so no
+        # timer to arm.
+        return await _read(request, max_bytes, too_large)
     try:
         async with asyncio.timeout(timeout_s):
-            async for part in request.stream():
-                size += len(part)
-                if size > max_bytes:
-                    raise too_large
-                parts.append(part)
+            return await _read(request, max_bytes, too_large)
     except TimeoutError:
         raise GatewayError(
             ErrorCode.REQUEST_TIMEOUT,
@@ -35,4 +39,20 @@ async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes
             # The rest of the body may still come: this connection cannot carry another request.
             headers={"connection": "close"},
         ) from None
+
+
+async def _read(request: Request, max_bytes: int, too_large: GatewayError) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > max_bytes:
+            raise too_large
+        parts.append(part)
     return b"".join(parts)
+
+
+def _arrived(scope: Scope) -> bool:
+    extensions: Any = scope.get("extensions")
+    arrived = extensions.get(BODY_ARRIVED_EXTENSION) if isinstance(extensions, dict) else None
+    return bool(arrived()) if callable(arrived) else False

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 from starlette.datastructures import Headers
 
@@ -26,6 +26,8 @@ from gateway.keys.store import KeyRecord, KeyStore, TeamInfo, hash_secret
 from gateway.limits.spec import LimitSet
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
+from gateway.redis.client import RedisClient
+from gateway.redis.subscribe import open_subscriber
 
 _MAX_CACHED = 50_000
 log = logging.getLogger("sluicegate.auth")
@@ -91,9 +93,10 @@ class Authenticator:
         if refusal is not None:
             raise GatewayError(ErrorCode.INVALID_API_KEY, refusal)
         team = await self._cached(f"team:{record.team}", self._team_info)
-        if not isinstance(team, TeamInfo):
-            # Deleting a team revokes its keys in the same transaction: a live key without a team
-            # is a record written by hand, and nothing could bind its salt or stored responses.
+        if not isinstance(team, TeamInfo) or not record.belongs_to(team):
+            # A team's deletion revokes the keys it sees; one made while it ran names the deleted
+            # team's id (gateway/keys/deletion.py): with no team, or another team of that name,
+            # nothing could bind its salt or stored responses.
             raise GatewayError(ErrorCode.INVALID_API_KEY, f"API key {record.id} has no team.")
         return Principal(record, team.limits, team.id)
 
@@ -151,16 +154,19 @@ class Authenticator:
         """Drops a secret hash, or `team:<name>`, from the cache."""
         self._cache.pop(entry, None)
 
-    async def follow_invalidations(self, redis: Redis) -> None:
+    async def follow_invalidations(self, redis: RedisClient) -> None:
         """Runs for the app's life: drops every secret hash published on the channel. Whatever was
         published while the subscription was down is unknown, so each (re)subscription marks every
         entry stale: each is read again, but still serves if that read fails (a Redis that is back
         but still loading answers SUBSCRIBE yet not reads). During the outage itself cached keys
-        keep working: a revocation needs Redis too."""
+        keep working: a revocation needs Redis too. On a cluster, a lost subscription moves to the
+        next node (gateway/redis/subscribe.py); until it is back, the cache TTL is the bound."""
         backoff = 0.1
+        attempt = 0
         while True:
-            pubsub = redis.pubsub(ignore_subscribe_messages=True)
+            pubsub: PubSub | None = None
             try:
+                pubsub = await open_subscriber(redis, attempt)
                 await pubsub.subscribe(redis_keys.KEY_INVALIDATIONS)
                 self._cache = {entry: (value, 0.0) for entry, (value, _) in self._cache.items()}
                 backoff = 0.1
@@ -169,8 +175,10 @@ class Authenticator:
                         self.forget(redis_keys.as_text(message["data"]))
             except (RedisError, OSError) as exc:
                 log.warning("key invalidation feed lost (%s); retrying", type(exc).__name__)
+                attempt += 1  # on a cluster: the next node
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
             finally:
-                with contextlib.suppress(RedisError, OSError):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
+                if pubsub is not None:
+                    with contextlib.suppress(RedisError, OSError):
+                        await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py

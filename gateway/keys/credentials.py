@@ -31,10 +31,22 @@ class Credential:
         else:
             assert self.header is not None
             values = _every(headers, self.header)
-            if self.scheme is not None:
-                schemed = (value.partition(" ") for value in values)
-                values = [key for scheme, _, key in schemed if scheme.lower() == self.scheme.lower()]
-        return {key for value in values if (key := value.strip())}
+        return self.keys_in(values)
+
+    def keys_in(self, values: list[str]) -> set[str]:
+        """The keys in the values of this credential's header or parameter."""
+        scheme = self.scheme.lower() if self.query is None and self.scheme is not None else None
+        keys: set[str] = set()
+        for value in values:
+            key = value
+            if scheme is not None:
+                given, _, key = value.partition(" ")
+                if given.lower() != scheme:
+                    continue
+            key = key.strip()
+            if key:
+                keys.add(key)
+        return keys
 
     def shown(self) -> str:
         if self.query is not None:
@@ -55,7 +67,17 @@ def described(credentials: Sequence[Credential]) -> str:
 def read_key(
     credentials: Sequence[Credential], headers: Mapping[str, str], query: Mapping[str, str]
 ) -> str | None:
-    found = {key for c in credentials for key in c.keys(headers, query)}
+    # Each credential's values first, and its keys only where it has any: a request carries one
+    # of the (up to four) places a key may arrive, and this runs on every request.
+    found: set[str] = set()
+    for credential in credentials:
+        if credential.query is not None:
+            values = _every(query, credential.query) if query else []
+        else:
+            assert credential.header is not None
+            values = _every(headers, credential.header)
+        if values:
+            found |= credential.keys_in(values)
     if len(found) > 1:
         raise GatewayError(
             ErrorCode.INVALID_API_KEY,

@@ -3,14 +3,14 @@ Split from gateway/keys/store.py (which re-exports all of it) to keep each modul
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
-from redis.asyncio.client import Pipeline
-from redis.typing import EncodableT, FieldT
+from redis.typing import EncodableT
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.limits.spec import LimitSet
@@ -25,13 +25,17 @@ KEY_PREFIX = "sk-sg-"
 SECRET_RE = re.compile(re.escape(KEY_PREFIX) + r"[A-Za-z0-9_-]{8,}")
 
 
-class Journal(Protocol):
-    """Where a change is written down, on the change's own transaction (`pipe`, after MULTI):
-    `before` and `after` are the public values of what changed, never a secret or its hash."""
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
 
-    def write(
+
+class Journal(Protocol):
+    """Where a change is written down (the admin audit log), as one step of the change
+    (gateway/keys/steps.py): `before` and `after` are the public values of what changed, never a
+    secret or its hash."""
+
+    async def write(
         self,
-        pipe: Pipeline,
         action: str,
         *,
         team: str,
@@ -80,6 +84,10 @@ class KeyRecord:
     created_at: float
     revoked_at: float | None
     expires_at: float | None = None
+    # The id of the team the key was made for (TeamInfo.id); None for a key made before keys kept
+    # it. A key whose team was deleted (and maybe re-created under its name) never authenticates,
+    # even one a deletion racing its creation did not see (gateway.keys.auth).
+    team_id: str | None = None
     # Not part of the stored record: settle.lua keeps it per team (redis_keys.key_last_used), and
     # the store fills it in for the admin API's listings. None when unknown or never used.
     last_used_at: float | None = None
@@ -137,10 +145,11 @@ class KeyRecord:
             created_at=float(raw[b"created_at"]),
             revoked_at=float(revoked_at) if revoked_at else None,
             expires_at=float(expires_at) if expires_at else None,
+            team_id=raw[b"team_id"].decode() if raw.get(b"team_id") else None,
         )
 
-    def fields(self) -> dict[FieldT, EncodableT]:
-        fields: dict[FieldT, EncodableT] = {
+    def fields(self) -> dict[str, EncodableT]:
+        fields: dict[str, EncodableT] = {
             "id": self.id,
             "team": self.team,
             "name": self.name,
@@ -150,7 +159,14 @@ class KeyRecord:
         }
         if self.expires_at is not None:
             fields["expires_at"] = repr(self.expires_at)
+        if self.team_id is not None:
+            fields["team_id"] = self.team_id
         return fields
+
+    def belongs_to(self, team: TeamInfo) -> bool:
+        """Whether the team the key was made for is `team` (not a team since re-created under
+        its name). A key older than team ids trusts the name."""
+        return self.team_id is None or self.team_id == team.id
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ sg:team:<team>           HASH  name, id, created_at, limits (JSON); `id` is mint
                                cache salt, its stored responses); a team made before ids existed
                                gets one on its first read (`team_info`)
 sg:team:<team>:keys      SET   key ids
-sg:key:<sha256>          HASH  the key record (id, team, name, models, limits (JSON),
+sg:key:<sha256>          HASH  the key record (id, team, team_id, name, models, limits (JSON),
                                created_at, revoked_at, expires_at)
 sg:keyid:<id>            STR   sha256 of the key's current secret, to find the record by id
 sg:keyid:<id>:retired    SET   hashes of secrets a rotation replaced (alive until their grace ends)
@@ -14,27 +14,30 @@ sg:{t:<team>}:last-used  HASH  key id -> when it was last used (written by settl
 
 Every change to what a secret may do (revoke, rotate, new limits) is published on
 `sg:keys:invalidate` (the secret's hash, or `team:<name>` for a team's limits), so every replica
-drops its cached copy at once.
+drops its cached copy at once. Every change also takes a Journal (the audit log).
 
-Every change also takes a Journal (the admin audit log, gateway/admin/audit.py), whose entry is
-queued in the change's own MULTI/EXEC: both land or neither does.
+Each write is a sequence of one-key steps (gateway/keys/steps.py), the same on one Redis and on a
+Redis Cluster, ordered so that a write stopped between two steps leaves nothing a client could
+misuse (docs/api.md, "Admin writes, step by step"). `sg:teams` is an index: a name is listed
+before its record is made and unlisted after it is gone, and readers skip a name with no record
+(a team exists iff its record does). A key's secret is returned only once its record is kept; a
+revocation marks the records before anything else; a key names its team's id, so one a team's
+deletion did not see dies with the team all the same (gateway.keys.auth).
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
-import hashlib
-import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import cast
 
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
+from redis.typing import EncodableT
 
-from gateway.keys import deletion
+from gateway.errors import ErrorCode, GatewayError
+from gateway.keys import deletion, listing, rotation
 from gateway.keys.record import (
     KEY_ID_RE,
     KEY_PREFIX,
@@ -48,10 +51,13 @@ from gateway.keys.record import (
     TeamExistsError,
     TeamInfo,
     TeamNotFoundError,
+    hash_secret,
     team_view,
 )
+from gateway.keys.steps import Checkpoint, RecordScripts, no_checkpoint
 from gateway.limits.spec import NO_LIMITS, LimitSet
 from gateway.redis import keys as redis_keys
+from gateway.redis.client import RedisClient
 
 __all__ = [
     "KEEP",
@@ -73,6 +79,13 @@ __all__ = [
 # A retired secret's record outlives its grace by this much, so late requests still get a clear
 # "expired" instead of "invalid".
 _RETIRED_RECORD_SLACK_S = 24 * 3600
+# How long a key's record lives while its creation has not finished: a creation that stopped
+# half-way never showed its secret, so its record is of no use to anyone and goes by itself.
+UNFINISHED_S = 3600
+# Compare-and-set retries before an update gives up (each retry means another change landed).
+_MAX_TRIES = 20
+# How long an update of a key waits, per try, for a rotation of it to move to its new secret.
+_ROTATION_WAIT_S = 0.01
 
 
 class _Keep(enum.Enum):
@@ -84,41 +97,37 @@ class _Keep(enum.Enum):
 KEEP = _Keep.KEEP
 
 
-def hash_secret(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
 class KeyStore:
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: RedisClient, *, checkpoint: Checkpoint = no_checkpoint) -> None:
+        """`checkpoint`: awaited with the name of each write step before it runs (a test's
+        seam to stop a write half-way, gateway/keys/steps.py)."""
         self._redis = redis
+        self._scripts = RecordScripts(redis)
+        self._step = checkpoint
 
     async def create_team(
         self, name: str, limits: LimitSet = NO_LIMITS, *, journal: Journal | None = None
     ) -> dict[str, object]:
         created_at = time.time()
         record = redis_keys.team(name)
-
-        async def create(pipe: Pipeline) -> None:
-            # The new record is WATCHed: of two creations of one name, the second's EXEC fails and
-            # its retry finds the name taken. So the name, the record and the journal entry land
-            # in one transaction.
-            if await pipe.sismember(redis_keys.TEAMS, name):
-                raise TeamExistsError(name)
-            pipe.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
-            pipe.sadd(redis_keys.TEAMS, name)
-            pipe.hset(
-                record,
-                mapping={
-                    "name": name,
-                    "id": new_team_id(),
-                    "created_at": repr(created_at),
-                    "limits": limits.to_json(),
-                },
-            )
-            if journal is not None:
-                journal.write(pipe, "team.created", team=name, before={}, after=limits.as_dict())
-
-        await self._redis.transaction(create, record)
+        await self._step("team.list")
+        await self._redis.sadd(redis_keys.TEAMS, name)
+        await self._step("team.create")
+        fields: dict[str, EncodableT] = {
+            "name": name,
+            "id": new_team_id(),
+            "created_at": repr(created_at),
+            "limits": limits.to_json(),
+        }
+        if not await self._scripts.create(record, fields):
+            raise TeamExistsError(name)
+        # Again: a deletion of a team of this name, finishing meanwhile, may have unlisted it
+        # after the first (deletion.py lists it back only if it sees this record).
+        await self._step("team.relist")
+        await self._redis.sadd(redis_keys.TEAMS, name)
+        if journal is not None:
+            await self._step("team.journal")
+            await journal.write("team.created", team=name, before={}, after=limits.as_dict())
         return {"name": name, "created_at": created_at, "limits": limits.as_dict()}
 
     async def team_limits(self, name: str) -> LimitSet | None:
@@ -128,50 +137,47 @@ class KeyStore:
 
     async def team_info(self, name: str) -> TeamInfo | None:
         """The team's limits and id; None when the team does not exist. A team made before ids
-        existed gets one here, once: of two replicas minting at once, HSETNX keeps the first."""
+        existed gets one here, once: of two replicas minting at once, the first's stays, and a
+        team deleted meanwhile is not brought back as a bare hash with an id (record_swap.lua
+        writes only to an existing record)."""
         record = redis_keys.team(name)
         raw = await self._redis.hmget(record, ["name", "limits", "id"])
         if not raw[0]:
             return None
-        if raw[2]:
-            return TeamInfo(LimitSet.from_json(raw[1]), redis_keys.as_text(raw[2]))
-
-        async def mint(pipe: Pipeline) -> None:
-            # WATCHed, so a team deleted meanwhile is not brought back as a bare hash with an id.
-            if not await pipe.exists(record):
-                return
-            pipe.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
-            pipe.hsetnx(record, "id", new_team_id())
-
-        await self._redis.transaction(mint, record)
-        raw = await self._redis.hmget(record, ["name", "limits", "id"])
-        if not raw[0] or not raw[2]:
-            return None
+        if not raw[2]:
+            await self._scripts.swap(record, {"id": ""}, {"id": new_team_id()})
+            raw = await self._redis.hmget(record, ["name", "limits", "id"])
+            if not raw[0] or not raw[2]:
+                return None
         return TeamInfo(LimitSet.from_json(raw[1]), redis_keys.as_text(raw[2]))
 
     async def update_team(
         self, name: str, changes: LimitSet, cleared: set[str], *, journal: Journal | None = None
     ) -> LimitSet:
         record = redis_keys.team(name)
-
-        async def update(pipe: Pipeline) -> LimitSet:
-            # Read, merge and write under WATCH: two concurrent updates cannot lose one another,
-            # and the journal's old values are the ones this update replaced.
-            raw = await pipe.hmget(record, ["name", "limits"])
+        for _ in range(_MAX_TRIES):
+            # Read, merge, then write only if the limits are still the ones read: two concurrent
+            # updates cannot lose one another, and the journal's old values are the ones replaced.
+            raw = await self._redis.hmget(record, ["name", "limits"])
             if not raw[0]:
                 raise TeamNotFoundError(name)
             current = LimitSet.from_json(raw[1])
             limits = current.merged(changes, cleared)
-            pipe.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
-            pipe.hset(record, "limits", limits.to_json())
-            pipe.publish(redis_keys.KEY_INVALIDATIONS, f"team:{name}")
-            if journal is not None:
-                journal.write(
-                    pipe, "team.updated", team=name, before=current.as_dict(), after=limits.as_dict()
-                )
-            return limits
-
-        return cast(LimitSet, await self._redis.transaction(update, record, value_from_callable=True))
+            await self._step("team.update")
+            expected = {"name": raw[0], "limits": raw[1] or b""}
+            written = await self._scripts.swap(
+                record, expected, {"limits": limits.to_json()}, publish=f"team:{name}"
+            )
+            if written < 0:
+                raise TeamNotFoundError(name)
+            if written:
+                break
+        else:
+            raise _busy("The team is busy with other changes; try again.")
+        if journal is not None:
+            await self._step("team.journal")
+            await journal.write("team.updated", team=name, before=current.as_dict(), after=limits.as_dict())
+        return limits
 
     async def update_key(
         self,
@@ -185,47 +191,47 @@ class KeyStore:
     ) -> KeyRecord:
         """New limits, and optionally new models (None: every model) and expiry (None: never). A
         revoked key cannot change: it would read as if it could be used again."""
-        if not KEY_ID_RE.fullmatch(key_id):
-            raise KeyNotFoundError(key_id)
-        pointer = redis_keys.key_hash_by_id(key_id)
-
-        async def update(pipe: Pipeline) -> KeyRecord:
-            # As update_team, read-merge-write under WATCH: of the id's pointer too, so a rotation
-            # meanwhile (a new secret, a copy of the record) makes this retry on the new record.
-            secret_hash_raw = await pipe.get(pointer)
-            if not secret_hash_raw:
-                raise KeyNotFoundError(key_id)
-            secret_hash = redis_keys.as_text(secret_hash_raw)
-            stored = redis_keys.key_by_hash(secret_hash)
-            await pipe.watch(stored)
-            raw = await pipe.hgetall(stored)
-            if not raw:
-                raise KeyNotFoundError(key_id)
+        for _ in range(_MAX_TRIES):
+            secret_hash, raw = await rotation.current_raw(self._redis, key_id)
             record = KeyRecord.from_hash(raw)
             if record.revoked:
                 raise KeyRevokedError(key_id)
+            if raw.get(rotation.RETIRED_AT.encode()):
+                # A rotation is moving the key to a new secret (a copy of this record): wait
+                # for it, then change the new one.
+                await asyncio.sleep(_ROTATION_WAIT_S)
+                continue
             updated = replace(record, limits=record.limits.merged(changes, cleared))
             if not isinstance(models, _Keep):
                 updated = replace(updated, models=frozenset(models) if models is not None else None)
             if not isinstance(expires_at, _Keep):
                 updated = replace(updated, expires_at=expires_at)
-            pipe.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
-            pipe.hset(stored, mapping=updated.fields())
-            if updated.expires_at is None:
-                pipe.hdel(stored, "expires_at")
-            pipe.publish(redis_keys.KEY_INVALIDATIONS, secret_hash)
-            if journal is not None:
-                journal.write(
-                    pipe,
-                    "key.updated",
-                    team=record.team,
-                    key_id=key_id,
-                    before=record.changeable(),
-                    after=updated.changeable(),
-                )
-            return updated
-
-        return cast(KeyRecord, await self._redis.transaction(update, pointer, value_from_callable=True))
+            # Written only if the record is still the one read (and still not revoked).
+            expected = {
+                field: raw.get(field.encode(), b"")
+                for field in ("id", "revoked_at", "limits", "models", "expires_at", rotation.RETIRED_AT)
+            }
+            await self._step("key.update")
+            written = await self._scripts.swap(
+                redis_keys.key_by_hash(secret_hash),
+                expected,
+                updated.fields(),
+                deleted=["expires_at"] if updated.expires_at is None else [],
+                publish=secret_hash,
+            )
+            # A rotation that moved the key to a new secret meanwhile copied the old record: go
+            # again, onto the new one (merging the same changes twice gives the same limits).
+            if written == 1 and await rotation.pointer(self._redis, key_id) == secret_hash:
+                break
+        else:
+            raise _busy(
+                "The key is being rotated; try again. If a rotation of it failed, rotate it again first."
+            )
+        if journal is not None:
+            await self._step("key.journal")
+            before, after = record.changeable(), updated.changeable()
+            await journal.write("key.updated", team=record.team, key_id=key_id, before=before, after=after)
+        return updated
 
     async def team(self, name: str) -> dict[str, object]:
         """The team's name, created_at and limits (as the admin API shows them)."""
@@ -235,13 +241,14 @@ class KeyStore:
         return team_view(name, raw)
 
     async def teams(self) -> list[dict[str, object]]:
-        """Every team as `team` shows it, in two round trips."""
-        names = await self.list_teams()
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for name in names:
-                pipe.hmget(redis_keys.team(name), TEAM_FIELDS)
-            raws = await pipe.execute()
-        # A team deleted between the two reads is left out, not shown half.
+        """Every team as `team` shows it, in two round trips (on a cluster, the second is one per
+        node, in parallel: each team's record lives on its own slot)."""
+        names = sorted(redis_keys.as_text(m) for m in await self._redis.smembers(redis_keys.TEAMS))
+        raws = await listing.each(
+            self._redis, [("hmget", redis_keys.team(name), TEAM_FIELDS) for name in names]
+        )
+        # A name whose record is gone (a deletion meanwhile, or one that stopped half-way) is left
+        # out, not shown half.
         return [team_view(name, raw) for name, raw in zip(names, raws, strict=True) if raw[0]]
 
     async def delete_team(
@@ -249,14 +256,21 @@ class KeyStore:
     ) -> list[str]:
         """Revokes every key of the team and removes it: see gateway/keys/deletion.py."""
         return await deletion.delete_team(
-            self._redis, name, journal=journal, forget=forget, keep_s=_RETIRED_RECORD_SLACK_S
+            self._redis,
+            self._scripts,
+            name,
+            journal=journal,
+            forget=forget,
+            keep_s=_RETIRED_RECORD_SLACK_S,
+            step=self._step,
         )
 
     async def team_exists(self, name: str) -> bool:
-        return bool(await self._redis.sismember(redis_keys.TEAMS, name))
+        return bool(await self._redis.exists(redis_keys.team(name)))
 
     async def list_teams(self) -> list[str]:
-        return sorted(redis_keys.as_text(m) for m in await self._redis.smembers(redis_keys.TEAMS))
+        """Every team's name, sorted; a listed name whose record is gone is left out."""
+        return [str(team["name"]) for team in await self.teams()]
 
     async def create_key(
         self,
@@ -268,7 +282,11 @@ class KeyStore:
         expires_at: float | None = None,
         journal: Journal | None = None,
     ) -> tuple[KeyRecord, str]:
-        """Returns the record and the secret; the secret is not stored and cannot be shown again."""
+        """Returns the record and the secret; the secret is not stored and cannot be shown again.
+        It is returned only once every step has landed (see the module's docstring)."""
+        info = await self.team_info(team)
+        if info is None:
+            raise TeamNotFoundError(team)
         record = KeyRecord(
             id="key_" + secrets.token_hex(8),
             team=team,
@@ -278,69 +296,57 @@ class KeyStore:
             created_at=time.time(),
             revoked_at=None,
             expires_at=expires_at,
+            team_id=info.id,
         )
-        secret, secret_hash = _new_secret()
-
-        async def create(pipe: Pipeline) -> None:
-            # Under WATCH of the team's record and key set: a team deleted meanwhile either sees
-            # this key (and revokes it) or makes this creation retry and find no team.
-            if not await pipe.exists(redis_keys.team(team)):
-                raise TeamNotFoundError(team)
-            pipe.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
-            pipe.hset(redis_keys.key_by_hash(secret_hash), mapping=record.fields())
-            pipe.set(redis_keys.key_hash_by_id(record.id), secret_hash)
-            pipe.sadd(redis_keys.team_keys(team), record.id)
-            if journal is not None:
-                after = {"name": record.name, **record.changeable()}
-                journal.write(pipe, "key.created", team=team, key_id=record.id, before={}, after=after)
-
-        await self._redis.transaction(create, redis_keys.team(team), redis_keys.team_keys(team))
+        secret, secret_hash = rotation.new_secret()
+        stored, pointer = redis_keys.key_by_hash(secret_hash), redis_keys.key_hash_by_id(record.id)
+        await self._step("key.create")
+        await self._scripts.create(stored, record.fields(), ttl_s=UNFINISHED_S)
+        await self._step("key.point")
+        await self._redis.set(pointer, secret_hash, ex=UNFINISHED_S)
+        await self._step("key.list")
+        await self._redis.sadd(redis_keys.team_keys(team), record.id)
+        # A deletion of the team running meanwhile may not have seen this key (listed only
+        # now). The key dies with the team all the same (its team id names the deleted team);
+        # and once the team is gone, its secret is not handed out at all.
+        await self._step("key.check_team")
+        now = await self.team_info(team)
+        if now is None or now.id != info.id:
+            await self._scripts.mark(stored, "revoked_at", repr(time.time()), publish=secret_hash)
+            raise TeamNotFoundError(team)
+        if journal is not None:
+            await self._step("key.journal")
+            after = {"name": record.name, **record.changeable()}
+            await journal.write("key.created", team=team, key_id=record.id, before={}, after=after)
+        await self._step("key.keep_pointer")
+        await self._redis.persist(pointer)
+        # The last step: until it, the record goes by itself if the creation stops.
+        await self._step("key.keep")
+        await self._redis.persist(stored)
+        # A team's deletion that marked the record since the team check gave it and the pointer
+        # a TTL, which the PERSISTs above took away: give it back (a mark after this read sets
+        # its own), or the dead record stays for good.
+        if await self._redis.hexists(stored, "revoked_at"):
+            await self._redis.expire(stored, _RETIRED_RECORD_SLACK_S)
+            await self._redis.expire(pointer, _RETIRED_RECORD_SLACK_S)
         return record, secret
 
     async def rotate(
         self, key_id: str, grace_s: float, *, journal: Journal | None = None
     ) -> tuple[KeyRecord, str]:
-        """A new secret for the same key; the old one keeps working for `grace_s`, then stops."""
-        old_hash, record = await self._current(key_id)
-        if record.revoked:
-            raise KeyNotFoundError(key_id)
-        secret, secret_hash = _new_secret()
-        grace_ends = time.time() + grace_s
-        old_ends = grace_ends if record.expires_at is None else min(grace_ends, record.expires_at)
-        old_key = redis_keys.key_by_hash(old_hash)
-        retired = redis_keys.retired_key_hashes(key_id)
-        keep_s = math.ceil(grace_s) + _RETIRED_RECORD_SLACK_S
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(redis_keys.key_by_hash(secret_hash), mapping=record.fields())
-            pipe.set(redis_keys.key_hash_by_id(key_id), secret_hash)
-            pipe.hset(old_key, "expires_at", repr(old_ends))
-            pipe.expire(old_key, keep_s)
-            pipe.sadd(retired, old_hash)
-            pipe.expire(retired, keep_s)
-            pipe.publish(redis_keys.KEY_INVALIDATIONS, old_hash)
-            if journal is not None:
-                journal.write(
-                    pipe,
-                    "key.rotated",
-                    team=record.team,
-                    key_id=key_id,
-                    before={"previous_secret_expires_at": record.expires_at},
-                    after={"previous_secret_expires_at": old_ends, "grace_seconds": grace_s},
-                )
-            await pipe.execute()
-        return record, secret
-
-    async def _current(self, key_id: str) -> tuple[str, KeyRecord]:
-        if not KEY_ID_RE.fullmatch(key_id):
-            raise KeyNotFoundError(key_id)
-        secret_hash_raw = await self._redis.get(redis_keys.key_hash_by_id(key_id))
-        if not secret_hash_raw:
-            raise KeyNotFoundError(key_id)
-        secret_hash = redis_keys.as_text(secret_hash_raw)
-        raw = await self._redis.hgetall(redis_keys.key_by_hash(secret_hash))
-        if not raw:
-            raise KeyNotFoundError(key_id)
-        return secret_hash, KeyRecord.from_hash(raw)
+        """A new secret for the same key; the old one keeps working for `grace_s`, then stops
+        (gateway/keys/rotation.py)."""
+        return await rotation.rotate(
+            self._redis,
+            self._scripts,
+            key_id,
+            grace_s,
+            journal=journal,
+            slack_s=_RETIRED_RECORD_SLACK_S,
+            unfinished_s=UNFINISHED_S,
+            step=self._step,
+            team_info=self.team_info,
+        )
 
     async def lookup(self, secret_hash: str) -> KeyRecord | None:
         raw = await self._redis.hgetall(redis_keys.key_by_hash(secret_hash))
@@ -348,87 +354,33 @@ class KeyStore:
 
     async def list_keys(self, team: str) -> list[KeyRecord]:
         members = await self._redis.smembers(redis_keys.team_keys(team))
-        return await self._records(sorted(redis_keys.as_text(m) for m in members))
+        return await listing.records(self._redis, sorted(redis_keys.as_text(m) for m in members))
 
     async def list_all_keys(self) -> list[KeyRecord]:
-        """Every key of every team, by team then creation time: three round trips in all."""
+        """Every key of every team, by team then creation time: a few round trips in all, each
+        fanned out over the nodes on a cluster."""
         teams = await self.list_teams()
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for team in teams:
-                pipe.smembers(redis_keys.team_keys(team))
-            sets = await pipe.execute()
+        sets = await listing.each(self._redis, [("smembers", redis_keys.team_keys(team)) for team in teams])
         ids = sorted(redis_keys.as_text(m) for members in sets for m in members)
-        records = await self._records(ids)
+        records = await listing.records(self._redis, ids)
         return sorted(records, key=lambda r: (r.team, r.created_at))
-
-    async def _records(self, ids: list[str]) -> list[KeyRecord]:
-        if not ids:
-            return []
-        hashes = await self._redis.mget([redis_keys.key_hash_by_id(i) for i in ids])
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for secret_hash in hashes:
-                if secret_hash:
-                    pipe.hgetall(redis_keys.key_by_hash(redis_keys.as_text(secret_hash)))
-            raws = await pipe.execute()
-        records = await self._with_last_use([KeyRecord.from_hash(raw) for raw in raws if raw])
-        return sorted(records, key=lambda r: r.created_at)
-
-    async def _with_last_use(self, records: list[KeyRecord]) -> list[KeyRecord]:
-        """The records with `last_used_at` filled in: one more round trip, for all their teams."""
-        if not records:
-            return records
-        teams = sorted({r.team for r in records})
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for team in teams:
-                pipe.hgetall(redis_keys.key_last_used(team))
-            raws = await pipe.execute()
-        used = {
-            (team, redis_keys.as_text(k)): float(v)
-            for team, raw in zip(teams, raws, strict=True)
-            for k, v in raw.items()
-        }
-        return [replace(r, last_used_at=used.get((r.team, r.id))) for r in records]
 
     async def key(self, key_id: str) -> KeyRecord:
         """The key's current record, with when it was last used; KeyNotFoundError if none."""
-        _, record = await self._current(key_id)
-        return (await self._with_last_use([record]))[0]
+        _, raw = await rotation.current_raw(self._redis, key_id)
+        return (await listing.with_last_use(self._redis, [KeyRecord.from_hash(raw)]))[0]
 
     async def revoke(self, key_id: str, *, journal: Journal | None = None) -> tuple[KeyRecord, list[str]]:
         """Marks the key, and every secret a rotation left alive, revoked; returns the record and
         the hashes so this replica can drop them at once (others hear it on the channel)."""
-        secret_hash, current = await self._current(key_id)
-        retired = await self._redis.smembers(redis_keys.retired_key_hashes(key_id))
-        hashes = [secret_hash, *(redis_keys.as_text(h) for h in retired)]
-        now = repr(time.time())
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for hashed in hashes:
-                # Only records that still exist; HSETNX keeps the first revocation time.
-                if hashed == secret_hash or await self._redis.exists(redis_keys.key_by_hash(hashed)):
-                    pipe.hsetnx(redis_keys.key_by_hash(hashed), "revoked_at", now)
-                pipe.publish(redis_keys.KEY_INVALIDATIONS, hashed)
-            if journal is not None:
-                # HSETNX keeps a first revocation's time: revoking again changes nothing.
-                revoked_at = current.revoked_at
-                after = {"revoked_at": revoked_at if revoked_at is not None else float(now)}
-                journal.write(
-                    pipe,
-                    "key.revoked",
-                    team=current.team,
-                    key_id=key_id,
-                    before={"revoked_at": revoked_at},
-                    after=after,
-                )
-            await pipe.execute()
-        _, record = await self._current(key_id)
-        return record, hashes
+        return await rotation.revoke(self._redis, self._scripts, key_id, journal=journal, step=self._step)
+
+
+def _busy(message: str) -> GatewayError:
+    """Every compare-and-set lost to another change: the admin may simply try again."""
+    return GatewayError(ErrorCode.SERVER_BUSY, message)
 
 
 def new_team_id() -> str:
     """Random, not derived from the name: a re-created team of the same name gets another."""
     return "team_" + secrets.token_hex(16)
-
-
-def _new_secret() -> tuple[str, str]:
-    secret = KEY_PREFIX + secrets.token_urlsafe(32)
-    return secret, hash_secret(secret)

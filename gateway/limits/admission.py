@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.errors import ErrorCode, GatewayError
@@ -33,6 +32,7 @@ from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
+from gateway.redis.client import RedisClient
 from gateway.redis.scripts import load_script
 
 
@@ -49,6 +49,12 @@ class LimitKind(enum.Enum):
     CONCURRENCY = ("concurrency", "c", "concurrency")  # slots, one per request in flight
     BUDGET = ("budget", "b", "budget")  # tokens per calendar period
 
+
+# The members as plain names, for the loops that run per limit on every request: in Python 3.11
+# each `LimitKind.X` or `TokenCount.X` read is a descriptor call, ~5x a global's.
+_REQUESTS, _TOKENS = LimitKind.REQUESTS, LimitKind.TOKENS
+_CONCURRENCY, _BUDGET = LimitKind.CONCURRENCY, LimitKind.BUDGET
+_TOTAL, _INPUT, _OUTPUT = TokenCount.TOTAL, TokenCount.INPUT, TokenCount.OUTPUT
 
 # A slot outlives a replica that died mid-request by this much at most; a running request's slot
 # is renewed well before (gateway/limits/leases.py), however long it runs.
@@ -77,9 +83,9 @@ class Reservation:
     completion_tokens: int
 
     def tokens(self, counts: TokenCount) -> int:
-        if counts == TokenCount.INPUT:
+        if counts == _INPUT:
             return self.prompt_tokens
-        if counts == TokenCount.OUTPUT:
+        if counts == _OUTPUT:
             return self.completion_tokens
         return self.prompt_tokens + self.completion_tokens
 
@@ -122,7 +128,13 @@ class Admission:
         one with the least left."""
         if self.denied_by is not None and self.denied_by.limit.kind is kind:
             return self.denied_by
-        return min((s for s in self.states if s.limit.kind is kind), key=lambda s: s.remaining, default=None)
+        # A plain loop, not min() over a generator with a key: called for every kind on every
+        # answer's headers (the first of the least wins, as min() would pick).
+        best: LimitState | None = None
+        for state in self.states:
+            if state.limit.kind is kind and (best is None or state.remaining < best.remaining):
+                best = state
+        return best
 
     def refusal_labels(self) -> tuple[str, str]:
         """(limit, scope) of the limit that refused, for sluicegate_rate_limited_total: which kind
@@ -163,12 +175,19 @@ class Admission:
 
     def settlements(self, prompt: int, completion: int) -> list[tuple[str, str, str]]:
         """(redis key, settle.lua kind, argument) for every limit this admission charged."""
-        actual = Reservation(prompt, completion)
+        # What each way of counting gives back, worked out once rather than per limit.
+        back_in = self.reservation.prompt_tokens - prompt
+        back_out = self.reservation.completion_tokens - completion
+        given_back = {
+            _INPUT: back_in,
+            _OUTPUT: back_out,
+            _TOTAL: back_in + back_out,
+        }
         out: list[tuple[str, str, str]] = []
         for state in self.states:
             limit = state.limit
-            if limit.kind is LimitKind.TOKENS:
-                give_back = self.reservation.tokens(limit.counts) - actual.tokens(limit.counts)
+            if limit.kind is _TOKENS:
+                give_back = given_back[limit.counts]
                 if give_back:
                     out.append(
                         (
@@ -177,10 +196,10 @@ class Admission:
                             f"{limit.period_s / limit.amount!r}:{give_back}",
                         )
                     )
-            elif limit.kind is LimitKind.CONCURRENCY:
+            elif limit.kind is _CONCURRENCY:
                 out.append((limit.redis_key, limit.kind.script_kind, self.request_id))
-            elif limit.kind is LimitKind.BUDGET:
-                give_back = self.reservation.tokens(TokenCount.TOTAL) - actual.tokens(TokenCount.TOTAL)
+            elif limit.kind is _BUDGET:
+                give_back = back_in + back_out
                 if give_back:
                     out.append((limit.redis_key, limit.kind.script_kind, str(give_back)))
         return out
@@ -196,15 +215,15 @@ def script_costs(limits: Sequence[Limit], prompt: int) -> list[tuple[int, int]]:
     """(fixed cost, 1 if the output counts too) of each limit in admit.lua, in one pass."""
     out: list[tuple[int, int]] = []
     for limit in limits:
-        if limit.kind in (LimitKind.REQUESTS, LimitKind.CONCURRENCY):
+        if limit.kind in (_REQUESTS, _CONCURRENCY):
             out.append((1, 0))
             continue
-        counts = TokenCount.TOTAL if limit.kind is LimitKind.BUDGET else limit.counts
-        out.append(((0 if counts is TokenCount.OUTPUT else prompt), (0 if counts is TokenCount.INPUT else 1)))
+        counts = _TOTAL if limit.kind is _BUDGET else limit.counts
+        out.append(((0 if counts is _OUTPUT else prompt), (0 if counts is _INPUT else 1)))
     return out
 
 
-def _scoped(limits: LimitSet, scope: str, who: str, model: str, rl: str) -> list[Limit]:
+def scoped(limits: LimitSet, scope: str, who: str, model: str, rl: str) -> list[Limit]:
     """The limits of one team or key, plus those it sets for `model`. `scope`: `key:<id>` or
     `team`, the start of each limit's Redis key after the team's `rl` (keys.rate_limits)."""
     whose = scope.split(":", 1)[0]
@@ -260,8 +279,8 @@ def plan(
 ) -> list[Limit]:
     """Every limit one request of `key_id` (of `team`) to `model` must pass."""
     rl = redis_keys.rate_limits(team)  # every key below starts with it
-    limits = _scoped(key_limits, f"key:{key_id}", f"key {key_id}", model, rl)
-    limits += _scoped(team_limits, "team", f"team {team}", model, rl)
+    limits = scoped(key_limits, f"key:{key_id}", f"key {key_id}", model, rl)
+    limits += scoped(team_limits, "team", f"team {team}", model, rl)
     limits += budgets(key_limits, f"key:{key_id}:", f"key {key_id}", rl, now)
     limits += budgets(team_limits, "", f"team {team}", rl, now)
     return limits
@@ -314,7 +333,7 @@ class Compensator(Protocol):
 class RateLimiter:
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         metrics: Metrics,
         breaker: RedisBreaker,
         compensator: Compensator,
@@ -346,11 +365,11 @@ class RateLimiter:
         side never learnt: settle.lua adds it where a limit counts output (the ":1")."""
         settlements: list[tuple[str, str, str]] = []
         for limit, (fixed, counts_output) in zip(limits, script_costs(limits, prompt), strict=True):
-            if limit.kind is LimitKind.CONCURRENCY:
+            if limit.kind is _CONCURRENCY:
                 settlements.append((limit.redis_key, limit.kind.script_kind, request_id))
-            elif limit.kind in (LimitKind.TOKENS, LimitKind.BUDGET):
+            elif limit.kind in (_TOKENS, _BUDGET):
                 amount = f"{fixed}:1" if counts_output else str(fixed)
-                if limit.kind is LimitKind.TOKENS:
+                if limit.kind is _TOKENS:
                     amount = f"{limit.period_s / limit.amount!r}:{amount}"
                 settlements.append((limit.redis_key, limit.kind.script_kind, amount))
         self._compensator.submit(
@@ -388,7 +407,12 @@ class RateLimiter:
         prompt = reservation.prompt_tokens
         args: list[str | int | float] = [request_id, asked, least, max(1, step)]
         for limit, costs in zip(limits, script_costs(limits, prompt), strict=True):
-            period = self.leases.lease_s if limit.kind is LimitKind.CONCURRENCY else limit.period_s
+            period: float = self.leases.lease_s if limit.kind is _CONCURRENCY else limit.period_s
+            if period == int(period):
+                # Sent as an int: redis-py writes a float with repr(), by far the dearest of its
+                # encodings, and a minute or a lease is a whole number of seconds (admit.lua
+                # reads every one with tonumber()).
+                period = int(period)
             args += (limit.kind.script_kind, limit.amount, period, *costs)
         if self._breaker.open:
             # A call moments ago failed: do not wait out another timeout.
@@ -416,7 +440,7 @@ class RateLimiter:
             for i, limit in enumerate(limits)
         )
         allowed, denied_index, bounded_index = bool(int(reply[0])), int(reply[1]), int(reply[3])
-        slots = [(limit.redis_key, request_id) for limit in limits if limit.kind is LimitKind.CONCURRENCY]
+        slots = [(limit.redis_key, request_id) for limit in limits if limit.kind is _CONCURRENCY]
         return Admission(
             allowed=allowed,
             states=states,

@@ -17,10 +17,10 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
-from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError
 
-from gateway.redis.scripts import load_script
+from gateway.redis.client import RedisClient
+from gateway.redis.scripts import load_script, queue_script
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class Lease:
 
 
 class LeaseKeeper:
-    def __init__(self, redis: Redis, *, lease_s: float, timeout_s: float) -> None:
+    def __init__(self, redis: RedisClient, *, lease_s: float, timeout_s: float) -> None:
         self.lease_s = lease_s
         self._redis = redis
         self._script = load_script(redis, "renew")
@@ -103,7 +103,7 @@ class LeaseKeeper:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for slots in by_team.values():
                     keys = [key for key, _ in slots]
-                    pipe.evalsha(script.sha, len(keys), *keys, self.lease_s, *(rid for _, rid in slots))
+                    queue_script(pipe, script, keys, (self.lease_s, *(rid for _, rid in slots)))
                 results = await pipe.execute(raise_on_error=False)
             # A Redis that lost the script (restart, failover): load it, send the batch again.
             if attempt or not any(isinstance(result, NoScriptError) for result in results):

@@ -8,11 +8,11 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.limits.admission import Limit, LimitKind
+from gateway.redis.client import RedisClient
 from gateway.redis.scripts import load_script
 
 
@@ -25,7 +25,7 @@ class Remaining:
 
 
 class LimitReader:
-    def __init__(self, redis: Redis, *, timeout_s: float) -> None:
+    def __init__(self, redis: RedisClient, *, timeout_s: float) -> None:
         self._script = load_script(redis, "peek")
         self._timeout_s = timeout_s
 

@@ -19,22 +19,28 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import time
 from collections import defaultdict, deque
 
-from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway.metering.record import UsageRecord
 from gateway.metering.spool import Spool
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
-from gateway.redis.scripts import load_script
+from gateway.redis.client import RedisClient
+from gateway.redis.scripts import load_script, queue_script
 
 log = logging.getLogger("sluicegate.metering")
 
 _MARKER_TTL_S = 24 * 3600
 _USAGE_TTL_S = 400 * 24 * 3600
 COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "errors", "disconnects")
+# How long a written batch is kept, to be written again if a later write fails: what a primary
+# acknowledged just before it died may never have reached the replica that replaces it (Redis
+# replicates asynchronously; Sentinel or Cluster failover). settle.lua counts a request id once,
+# so where the write did land, writing it again changes nothing.
+_REWRITE_WINDOW_S = 5.0
 
 
 def _keys(usage: UsageRecord) -> list[str]:
@@ -78,7 +84,7 @@ class Meter:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         metrics: Metrics,
         *,
         timeout_s: float,
@@ -92,6 +98,8 @@ class Meter:
         self._max_pending = max_pending
         self._max_batch = max_batch
         self._pending: deque[UsageRecord] = deque()
+        self._written: deque[tuple[float, list[UsageRecord]]] = deque()  # (when, batch), recent
+        self._rewrite: deque[UsageRecord] = deque()  # written, to be written again after a failure
         self._wakeup = asyncio.Event()
         self._flush_lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
@@ -141,24 +149,44 @@ class Meter:
     async def flush(self) -> bool:
         """Writes everything pending; False if Redis could not take it (the records stay)."""
         async with self._flush_lock:
-            while self._pending:
-                batch = [self._pending.popleft() for _ in range(min(self._max_batch, len(self._pending)))]
+            while self._rewrite or self._pending:
+                # Writes to repeat first: older than anything pending.
+                queue = self._rewrite or self._pending
+                batch = [queue.popleft() for _ in range(min(self._max_batch, len(queue)))]
                 try:
                     async with asyncio.timeout(self._timeout_s):
                         await self._write(batch)
+                    self._keep_written(batch)
                 except asyncio.CancelledError:
                     # Cancelled mid-write (shutdown, or a report's caller gave up): keep the batch;
                     # writes are idempotent, so one that did land is not counted twice.
-                    self._pending.extendleft(reversed(batch))
+                    queue.extendleft(reversed(batch))
                     raise
                 except (RedisError, TimeoutError) as exc:
-                    self._pending.extendleft(reversed(batch))
+                    queue.extendleft(reversed(batch))
+                    self._repeat_written()
                     self._metrics.metering_failures.inc()
                     self._metrics.metering_pending.set(len(self._pending))
                     log.warning("usage write failed, %d pending: %s", len(self._pending), type(exc).__name__)
                     return False
             self._metrics.metering_pending.set(0)
             return True
+
+    def _keep_written(self, batch: list[UsageRecord]) -> None:
+        now = time.monotonic()
+        self._written.append((now, batch))
+        while self._written[0][0] < now - _REWRITE_WINDOW_S:
+            self._written.popleft()
+
+    def _repeat_written(self) -> None:
+        """After a failed write, what was written just before it is written again (see
+        _REWRITE_WINDOW_S). Not pending: not in the gauge, and not spooled at shutdown (it most
+        likely landed; the spool is for what surely did not)."""
+        for _, written in reversed(self._written):  # oldest first
+            self._rewrite.extendleft(reversed(written))
+        self._written.clear()
+        while len(self._rewrite) > self._max_pending:
+            self._rewrite.popleft()  # the oldest: a failover loses the last writes before it
 
     async def _write(self, batch: list[UsageRecord]) -> None:
         """One pipelined round trip of EVALSHA. redis-py's own script-in-pipeline support sends
@@ -171,7 +199,7 @@ class Meter:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for usage in batch:
                     keys = _keys(usage)
-                    pipe.evalsha(script.sha, len(keys), *keys, *_args(usage))
+                    queue_script(pipe, script, keys, _args(usage))
                 results = await pipe.execute(raise_on_error=False)
             missing = any(isinstance(result, NoScriptError) for result in results)
             if not missing or attempt:
@@ -191,24 +219,29 @@ class Meter:
         """Rows per team, key, model, api and day, oldest first; since/until are inclusive. This
         replica's pending writes go first, so its own answers are always in the report."""
         await self.flush()
+        if not teams:
+            return []
+        # Two round trips for every team at once, not two per team: each is a pipeline of
+        # one-key reads, which a cluster client splits per node and sends in parallel.
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for team in teams:
+                pipe.smembers(redis_keys.usage_days(team))
+            day_sets = await pipe.execute()
+        wanted = [
+            (team, day)
+            for team, members in zip(teams, day_sets, strict=True)
+            for day in sorted(redis_keys.as_text(d) for d in members)
+            if (since is None or day >= since.isoformat()) and (until is None or day <= until.isoformat())
+        ]
+        if not wanted:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for team, day in wanted:
+                pipe.hgetall(redis_keys.usage_day(team, day))
+            hashes = await pipe.execute()
         rows: list[dict[str, object]] = []
-        for team in teams:
-            days = sorted(
-                redis_keys.as_text(d) for d in await self._redis.smembers(redis_keys.usage_days(team))
-            )
-            days = [
-                d
-                for d in days
-                if (since is None or d >= since.isoformat()) and (until is None or d <= until.isoformat())
-            ]
-            if not days:
-                continue
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for day in days:
-                    pipe.hgetall(redis_keys.usage_day(team, day))
-                hashes = await pipe.execute()
-            for day, raw in zip(days, hashes, strict=True):
-                rows.extend(_rows_of_day(team, day, raw))
+        for (team, day), raw in zip(wanted, hashes, strict=True):
+            rows.extend(_rows_of_day(team, day, raw))
         return rows
 
 

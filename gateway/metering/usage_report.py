@@ -23,7 +23,7 @@ COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "errors", "disconn
 # `cost` and `currency` after `api`, for the same reason.
 COLUMNS = (*DIMENSIONS, *COUNTERS, "api", "cost", "currency")
 
-GroupBy = Literal["team", "key", "model", "day"]
+GroupBy = Literal["team", "key", "model", "api", "day"]
 GROUP_BYS: tuple[str, ...] = get_args(GroupBy)
 
 # What each grouping keeps of a row; the other dimensions are null in its rows. A key belongs to
@@ -32,6 +32,7 @@ _KEPT: dict[str, tuple[str, ...]] = {
     "team": ("team",),
     "key": ("team", "key_id"),
     "model": ("model",),
+    "api": ("api",),  # null: usage written before the api was recorded
     "day": ("day",),
 }
 
@@ -80,7 +81,7 @@ def priced(rows: Iterable[Mapping[str, object]], prices: Mapping[str, Price]) ->
 
 
 def group(rows: Iterable[Mapping[str, object]], by: str) -> list[Row]:
-    """One row per team, key, model or day (`by`), counters summed, in the order of the kept
+    """One row per team, key, model, api or day (`by`), counters summed, in the order of the kept
     columns. Raises ValueError for any other `by` (callers check it against GROUP_BYS first)."""
     if by not in _KEPT:
         raise ValueError(f"group by one of {', '.join(GROUP_BYS)}")

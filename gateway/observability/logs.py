@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.keys.store import SECRET_RE
+from gateway.keys.record import SECRET_RE
 
 LOG_FORMATS = ("text", "json")
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[^\s\"',]+")
@@ -52,7 +52,16 @@ class Fields(dict[str, Any]):
         (`log.info(fields.line(TEMPLATE), fields)`): logging formats `msg % args` again in every
         handler, and with the `%` of the line doubled that leaves it as it is, while a JSON line
         still reads the raw fields."""
-        return (template % self).replace("%", "%%")
+        # Rendered into a plain dict first: `template % self` would call __getitem__ (a Python
+        # call) once per field of the line.
+        shown: dict[str, Any] = {}
+        for name, value in self.items():
+            if value is None:
+                value = "-"
+            elif isinstance(value, str) and _NEEDS_QUOTES.search(value):
+                value = json.dumps(value, ensure_ascii=True)
+            shown[name] = value
+        return (template % shown).replace("%", "%%")
 
 
 class RedactingFormatter(logging.Formatter):

@@ -1,34 +1,43 @@
 """OpenTelemetry traces of API requests (routes under /v1/), exported over OTLP/HTTP.
 
-One trace per request: a SERVER span that continues the client's W3C `traceparent`/`tracestate`
-(else starts a trace), with children `authenticate`, `admit`, `queue wait` (only when the pool was
-saturated and the request waited), one CLIENT span per worker attempt (`{operation} {model}`:
-the worker's own `traceparent` names that span as its parent, so a retried request shows both
-attempts, each with its endpoint) and `settle`.
+One trace per sampled request: a SERVER span that continues the client's W3C
+`traceparent`/`tracestate` (else starts a trace), with children `admit` (the limits' round trip,
+which a refusal marks failed), `queue wait` (only when the pool was saturated and the request
+waited) and one CLIENT span per worker attempt (`{operation} {model}`: the worker's own
+`traceparent` names that span as its parent, so a retried request shows both attempts, each with
+its endpoint). Authentication and settlement are events on the SERVER span (`authenticate`,
+`settle`, each at its end, with `error.type` when it failed) rather than spans: the one starts
+with the request and the other with the answer's end, so an event's time gives the phase's
+duration, and a span costs the gateway several times what an event does (every span is built,
+queued and encoded apart).
 
-Configured only by the standard OTEL_* variables, read once at start (`TracingConfig.from_env`,
-from Settings.from_env): tracing is on when an OTLP endpoint is set. Off, the SDK is never
-imported and a request only tests `ctx.trace is None`. On, the SDK's objects belong to one app:
-built in its lifespan (`Tracing`), never installed as the process-global tracer provider, and
-shut down (flushed) when the lifespan ends. Spans are handed to a BatchSpanProcessor, whose own
-thread exports them: a request never waits on the collector.
+Configured at start (tracing_config.py): tracing is on when an OTLP endpoint is set, sampled by a
+parent-based ratio sampler by default. Off, the SDK is never imported and a request only tests
+`ctx.trace is None`. On, the SDK's objects belong to one app: built in its lifespan (`Tracing`),
+never installed as the process-global tracer provider, and shut down (flushed) when the lifespan
+ends. Spans are handed to a BatchSpanProcessor, whose own thread exports them: a request never
+waits on the collector. A request the sampler drops still gets a RequestTrace, which builds no
+child span and sets no attribute: the worker's `traceparent` names the gateway's (unrecorded)
+span, flagged not sampled, so the services behind the gateway keep the decision.
 
-Attributes follow the OpenTelemetry GenAI and HTTP semantic conventions where they exist. They
-never carry a key, a key id, a prompt or a completion: a span sees what the access log sees, minus
-the key id (a trace backend is usually readable by more people than the logs).
+Attributes follow the OpenTelemetry GenAI and HTTP semantic conventions where they exist, and each
+span's are set in one call (a span's attribute store takes a lock and checks every value on each
+call). They never carry a key, a key id, a prompt or a completion: a span sees what the access
+log sees, minus the key id (a trace backend is usually readable by more people than the logs).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.errors import ConfigError, Failure, GatewayError
+from gateway.errors import Failure, GatewayError
+from gateway.observability.tracing_config import TracingConfig
+
+__all__ = ["RequestTrace", "Tracing", "TracingConfig", "failed", "head", "phase", "settling"]
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -74,101 +83,8 @@ class TracedAnswer(Protocol):
     def error_reason(self) -> Failure | None: ...
 
 
-_SAMPLERS = frozenset(
-    {
-        "always_on",
-        "always_off",
-        "traceidratio",
-        "parentbased_always_on",
-        "parentbased_always_off",
-        "parentbased_traceidratio",
-    }
-)
 # A context manager that does nothing, for requests that are not traced: shared, it holds no state.
 _NO_PHASE: contextlib.nullcontext[None] = contextlib.nullcontext()
-
-
-@dataclass(frozen=True, slots=True)
-class TracingConfig:
-    """What the OTEL_* variables ask for. The exporter's own variables (OTEL_EXPORTER_OTLP_HEADERS,
-    _CERTIFICATE, _COMPRESSION, _TIMEOUT and their _TRACES_ forms) are read by the SDK itself: the
-    headers often hold a collector's credentials, which the gateway's settings never copy."""
-
-    endpoint: str  # the full URL spans are POSTed to
-    service_name: str = "sluicegate"
-    sampler: str = "parentbased_always_on"
-    sampler_arg: float = 1.0
-    max_queue_size: int = 2048
-    schedule_delay_ms: float = 5000.0
-    max_export_batch_size: int = 512
-    export_timeout_ms: float = 30000.0
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> TracingConfig | None:
-        """None (tracing off) unless an OTLP endpoint is set; a value the SDK would reject, or a
-        protocol the gateway does not speak, stops the start naming the variable."""
-        defaults = cls(endpoint="")
-        if (env.get("OTEL_SDK_DISABLED") or "").strip().lower() == "true":
-            return None
-        exporter = (env.get("OTEL_TRACES_EXPORTER") or "otlp").strip().lower()
-        if exporter == "none":
-            return None
-        if exporter != "otlp":
-            raise ConfigError(f"OTEL_TRACES_EXPORTER: only otlp (or none) is supported, got {exporter!r}")
-        traces = (env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or "").strip()
-        base = (env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "").strip()
-        if not traces and not base:
-            return None
-        name = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" if traces else "OTEL_EXPORTER_OTLP_ENDPOINT"
-        # As the spec says: the signal's own endpoint is used as is, the base gets /v1/traces.
-        endpoint = traces or base.rstrip("/") + "/v1/traces"
-        parts = urllib.parse.urlsplit(endpoint)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"{name}: expected an http:// or https:// URL, got {endpoint!r}")
-        for variable in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
-            protocol = (env.get(variable) or "").strip().lower()
-            if protocol:
-                break
-        if protocol not in ("", "http/protobuf"):
-            raise ConfigError(
-                f"{variable}: the gateway exports OTLP over HTTP only (http/protobuf, usually port "
-                f"4318; collectors serve it beside gRPC), got {protocol!r}"
-            )
-        sampler = (env.get("OTEL_TRACES_SAMPLER") or defaults.sampler).strip().lower()
-        if sampler not in _SAMPLERS:
-            raise ConfigError(f"OTEL_TRACES_SAMPLER: one of {', '.join(sorted(_SAMPLERS))}, got {sampler!r}")
-        ratio = _number(env, "OTEL_TRACES_SAMPLER_ARG", defaults.sampler_arg, float)
-        if "ratio" in sampler and not 0.0 <= ratio <= 1.0:
-            raise ConfigError(f"OTEL_TRACES_SAMPLER_ARG: a ratio from 0 to 1, got {ratio!r}")
-        queue = _number(env, "OTEL_BSP_MAX_QUEUE_SIZE", defaults.max_queue_size, int)
-        batch = _number(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", defaults.max_export_batch_size, int)
-        if batch > queue:
-            raise ConfigError(
-                f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE: at most OTEL_BSP_MAX_QUEUE_SIZE ({queue}), got {batch}"
-            )
-        return cls(
-            endpoint=endpoint,
-            service_name=(env.get("OTEL_SERVICE_NAME") or "").strip() or defaults.service_name,
-            sampler=sampler,
-            sampler_arg=ratio,
-            max_queue_size=queue,
-            schedule_delay_ms=_number(env, "OTEL_BSP_SCHEDULE_DELAY", defaults.schedule_delay_ms, float),
-            max_export_batch_size=batch,
-            export_timeout_ms=_number(env, "OTEL_BSP_EXPORT_TIMEOUT", defaults.export_timeout_ms, float),
-        )
-
-
-def _number(env: Mapping[str, str], name: str, default: Any, cast: type[int] | type[float]) -> Any:
-    raw = (env.get(name) or "").strip()
-    if not raw:
-        return default
-    try:
-        value = cast(raw)
-    except ValueError:
-        raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
-    if not math.isfinite(value) or value < 0 or (value == 0 and cast is int):
-        raise ConfigError(f"{name}: out of range, got {raw!r}")
-    return value
 
 
 class Tracing:
@@ -185,7 +101,8 @@ class Tracing:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        resource = Resource.create({"service.name": config.service_name, "service.version": version})
+        created = Resource.create({"service.name": config.service_name, "service.version": version})
+        resource = _resource_type(Resource)(created.attributes, created.schema_url)
         self.provider: TracerProvider = TracerProvider(resource=resource, sampler=_sampler(config))
         self.provider.add_span_processor(
             BatchSpanProcessor(
@@ -209,22 +126,31 @@ class Tracing:
             if name in (b"traceparent", b"tracestate"):
                 carrier[name.decode()] = value.decode("latin-1")
         parent = self.propagator.extract(carrier) if carrier else None
-        attributes: dict[str, str] = {
-            "http.request.method": scope["method"],
-            "url.path": scope["path"],
-            "url.scheme": str(scope.get("scheme", "http")),
-            "sluicegate.request_id": ctx.request_id,
-        }
-        if client_address:
-            attributes["client.address"] = client_address
-        span = self.tracer.start_span(
-            scope["method"], context=parent, kind=SpanKind.SERVER, attributes=attributes
-        )
-        return RequestTrace(self, span, ctx)
+        # No attributes yet: the built-in samplers read none, and `finish` sets them all at once.
+        span = self.tracer.start_span(scope["method"], context=parent, kind=SpanKind.SERVER)
+        return RequestTrace(self, span, ctx, client_address)
 
     def shutdown(self) -> None:
         """Blocks until the spans still queued are exported (or the export timeout passes)."""
         self.provider.shutdown()
+
+
+def _resource_type(base: Any) -> Any:
+    """The SDK's Resource, hashing once: the OTLP encoder groups every exported span by its
+    resource in a dict, and Resource.__hash__ serialises its attributes to JSON on each call
+    (a tenth of the cost of exporting a span, measured). Its attributes are immutable."""
+
+    class _Resource(base):  # type: ignore[misc]
+        def __hash__(self) -> int:
+            cached: int | None = self.__dict__.get("_hash")
+            if cached is None:
+                cached = self.__dict__["_hash"] = super().__hash__()
+            return cached
+
+        def __eq__(self, other: object) -> bool:
+            return self is other or bool(super().__eq__(other))
+
+    return _Resource
 
 
 def _sampler(config: TracingConfig) -> Any:
@@ -254,9 +180,31 @@ class _Phase:
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> None:
         if error is not None:
-            code = error.code.wire_code if isinstance(error, GatewayError) else type(error).__name__
-            failed(self.span, code)
+            failed(self.span, _error_type(error))
         self.span.end()
+
+
+class _Mark:
+    """A phase recorded as an event on the SERVER span at the block's end (its start is known
+    from the span before it), with `error.type` when an error left the block."""
+
+    __slots__ = ("name", "span")
+
+    def __init__(self, span: Span, name: str) -> None:
+        self.span = span
+        self.name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.span.add_event(self.name, None if error is None else {"error.type": _error_type(error)})
+
+
+def _error_type(error: BaseException) -> str:
+    return error.code.wire_code if isinstance(error, GatewayError) else type(error).__name__
 
 
 def failed(span: Span, error_type: str) -> None:
@@ -270,35 +218,56 @@ def failed(span: Span, error_type: str) -> None:
 
 def head(attempt: Span, status: int) -> None:
     """A worker attempt's response head arrived: its time to first byte."""
+    if not attempt.is_recording():
+        return
     attempt.add_event("first_byte")
-    attempt.set_attribute("http.response.status_code", status)
     if status >= 500 or 300 <= status < 400:
-        failed(attempt, str(status))
+        from opentelemetry.trace import Status, StatusCode
+
+        attempt.set_attributes({"http.response.status_code": status, "error.type": str(status)})
+        attempt.set_status(Status(StatusCode.ERROR))
+    else:
+        attempt.set_attribute("http.response.status_code", status)
+
+
+# The phases recorded as events on the SERVER span, not as spans of their own (module docstring).
+_MARKS = frozenset({"authenticate", "settle"})
 
 
 class RequestTrace:
-    """The spans of one request, made by the middleware when tracing is on (`ctx.trace`)."""
+    """The spans of one request, made by the middleware when tracing is on (`ctx.trace`). When the
+    sampler dropped the request (`recording` false), it builds no child span and sets nothing:
+    the SERVER span, then, is a non-recording one that only carries the trace's ids."""
 
-    __slots__ = ("_answering", "_attempts", "_ctx", "_parent", "_server", "_tracing")
+    __slots__ = ("_answering", "_attempts", "_client", "_ctx", "_parent", "_server", "_tracing", "recording")
 
-    def __init__(self, tracing: Tracing, server: Span, ctx: TracedRequest) -> None:
+    def __init__(self, tracing: Tracing, server: Span, ctx: TracedRequest, client_address: str = "") -> None:
         from opentelemetry.trace import set_span_in_context
 
         self._tracing = tracing
         self._server = server
         self._ctx = ctx
+        self._client = client_address
+        self.recording = server.is_recording()
         self._parent = set_span_in_context(server)
         self._answering: Span | None = None
         self._attempts = 0
 
-    def phase(self, name: str) -> _Phase:
+    def phase(self, name: str) -> contextlib.AbstractContextManager[Span | None]:
+        if not self.recording:
+            return _NO_PHASE
+        if name in _MARKS:
+            return _Mark(self._server, name)
         return _Phase(self._tracing.tracer.start_span(name, context=self._parent))
 
     def attempt(self, wire_model: str, pool: str, url: str) -> Span:
-        """One try at one worker endpoint (the CLIENT span the worker's traceparent names)."""
+        """One try at one worker endpoint (the CLIENT span the worker's traceparent names). Not
+        recording, the SERVER span stands in: its ids are what the worker is told."""
         from opentelemetry.trace import SpanKind
 
         self._attempts += 1
+        if not self.recording:
+            return self._server
         operation = self._tracing.operations.get(self._ctx.api, self._ctx.api)
         parts = urllib.parse.urlsplit(url)
         attributes: dict[str, str | int] = {
@@ -328,7 +297,7 @@ class RequestTrace:
 
     def answered(self, outcome: TracedAnswer) -> None:
         span, self._answering = self._answering, None
-        if span is None:
+        if span is None or not self.recording:
             return
         if outcome.first_token_at is not None:
             span.add_event("first_token", timestamp=_epoch_ns(outcome.first_token_at))
@@ -338,18 +307,27 @@ class RequestTrace:
         span.end()
 
     def finish(self, scope: Scope, status: int) -> None:
-        """Ends the SERVER span with what the request learned about itself (ctx)."""
+        """Ends the SERVER span with everything the request learned about itself (ctx), set in
+        one call."""
+        if not self.recording:
+            return  # a non-recording span's end does nothing
         from opentelemetry.trace import Status, StatusCode
 
         ctx, span = self._ctx, self._server
-        route = _route(scope)
-        if route is not None:
-            span.update_name(f"{scope['method']} {route}")
-            span.set_attribute("http.route", route)
         attributes: dict[str, Any] = {
+            "http.request.method": scope["method"],
+            "url.path": scope["path"],
+            "url.scheme": str(scope.get("scheme", "http")),
+            "sluicegate.request_id": ctx.request_id,
             "http.response.status_code": status,
             "sluicegate.outcome": ctx.outcome or ("ok" if status < 400 else "refused"),
         }
+        if self._client:
+            attributes["client.address"] = self._client
+        route = _route(scope)
+        if route is not None:
+            span.update_name(f"{scope['method']} {route}")
+            attributes["http.route"] = route
         if ctx.api:
             attributes["sluicegate.api"] = ctx.api
             operation = self._tracing.operations.get(ctx.api)
@@ -368,10 +346,10 @@ class RequestTrace:
             attributes["gen_ai.response.finish_reasons"] = (ctx.finish_reason,)
         if ctx.refused_by is not None:
             attributes["sluicegate.limit"], attributes["sluicegate.limit.scope"] = ctx.refused_by
-        span.set_attributes(attributes)
         if status >= 500:  # a 4xx is the client's doing, not a failed server span (HTTP semconv)
-            span.set_attribute("error.type", str(status))
+            attributes["error.type"] = str(status)
             span.set_status(Status(StatusCode.ERROR))
+        span.set_attributes(attributes)
         span.end()
 
 
@@ -383,7 +361,7 @@ def phase(trace: RequestTrace | None, name: str) -> contextlib.AbstractContextMa
 def settling(
     trace: RequestTrace | None, outcome: TracedAnswer
 ) -> contextlib.AbstractContextManager[Span | None]:
-    """Ends the worker call that answered, then spans the settlement."""
+    """Ends the worker call that answered, then marks the settlement's end (an event)."""
     if trace is None:
         return _NO_PHASE
     trace.answered(outcome)

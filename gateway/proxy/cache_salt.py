@@ -34,14 +34,14 @@ import hashlib
 import hmac
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.redis import keys
+from gateway.redis.client import RedisClient
 
 # What vLLM accepts now and after its tightening (vllm PR 57609: at most 128 characters, none of
 # `@ / \` or NUL): RFC 3986's unreserved characters.
@@ -99,27 +99,45 @@ def salted(raw: bytes, salt: str) -> bytes:
     return body[:-1] + b',"cache_salt":"' + salt.encode() + b'"}'
 
 
+# Salts kept per CacheSalts (one secret): past this many the map starts again, so client salts
+# made up per request cannot grow it without bound.
+_MAX_DERIVED = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class SaltScope:
-    """One request's side of its salt: each pool it may go to salts by its model's isolation."""
+    """One request's side of its salt: each pool it may go to salts by its model's isolation.
+    `derived`: the salts already worked out with this secret (CacheSalts'), so a request of a team
+    seen before costs a dict look-up rather than an HMAC."""
 
     secret: bytes
     team_id: str
     key_id: str
     client: str | None
+    derived: dict[tuple[str, str, str, str | None], str | None] | None = field(default=None, compare=False)
 
     def for_model(self, isolation: str) -> str | None:
-        return derive(self.secret, isolation, team_id=self.team_id, key_id=self.key_id, client=self.client)
+        derived = self.derived
+        entry = (isolation, self.team_id, self.key_id, self.client)
+        if derived is not None and entry in derived:
+            return derived[entry]
+        salt = derive(self.secret, isolation, team_id=self.team_id, key_id=self.key_id, client=self.client)
+        if derived is not None:
+            if len(derived) >= _MAX_DERIVED:
+                derived.clear()
+            derived[entry] = salt
+        return salt
 
 
 class CacheSalts:
     """The secret, configured or minted once into Redis, and the salts derived with it."""
 
-    def __init__(self, redis: Redis, configured: str | None, *, timeout_s: float) -> None:
+    def __init__(self, redis: RedisClient, configured: str | None, *, timeout_s: float) -> None:
         self._redis = redis
         self._timeout_s = timeout_s
         self._secret: bytes | None = configured.encode() if configured else None
         self._loading: asyncio.Future[bytes] | None = None
+        self._derived: dict[tuple[str, str, str, str | None], str | None] = {}  # for SaltScope
 
     async def secret(self) -> bytes:
         """Read from Redis once per process (one read at a time); 503 while Redis cannot say."""
@@ -138,7 +156,7 @@ class CacheSalts:
         return self._secret
 
     async def scope(self, team_id: str, key_id: str, client: str | None) -> SaltScope:
-        return SaltScope(await self.secret(), team_id, key_id, client)
+        return SaltScope(await self.secret(), team_id, key_id, client, self._derived)
 
     async def _load(self) -> bytes:
         minted = secrets.token_urlsafe(32)

@@ -29,9 +29,9 @@ from gateway.errors import ErrorCode, Failure, GatewayError
 from gateway.http.body import read_body
 from gateway.http.context import CLIENT_CLOSED, RequestContext
 from gateway.keys.auth import Principal
-from gateway.limits import admission as limits
 from gateway.limits.admission import Admission, RateLimiter
 from gateway.limits.output import OutputCap
+from gateway.limits.plans import LimitPlans
 from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
 from gateway.proxy import parsing, whole_answer
@@ -107,13 +107,13 @@ class Pipeline:
         self._router = router
         self._upstream = upstream
         self._caps = OutputCaps(upstream, settings.default_max_tokens)
+        self._plans = LimitPlans()
         self._meter = meter
         self._metrics = metrics
 
     async def serve(self, dialect: Dialect[Any], scope: Scope, receive: Receive, send: Send) -> None:
         ctx = RequestContext.of(scope)
         ctx.api = dialect.name
-        send = ignored.announcing(ctx, send)  # x-sluicegate-ignored on every answer
         try:
             await self._serve(dialect, ctx, scope, receive, send)
         except asyncio.CancelledError:
@@ -172,7 +172,7 @@ class Pipeline:
         ignored.record(ctx, dialect.name, call.ignored, self._metrics, self._hosted_tools)
         holder = await self._holder(call.continues, principal.team_id, ctx.model)
         salt = await self._salts.scope(principal.team_id, key.id, call.client_salt)
-        planned = limits.plan(
+        planned = self._plans.plan(
             key.team, principal.team_limits, key.id, key.limits, ctx.model, dt.datetime.now(dt.UTC)
         )
         history = 0 if holder is None else holder.tokens
@@ -270,7 +270,7 @@ class Pipeline:
         )
         # One watch for the queue, the worker's head and a whole answer's body: a client that
         # leaves during any of them frees the worker (a stream's relay watches on its own).
-        watch = ClientWatch(receive)
+        watch = ClientWatch(receive, scope)
         try:
             upstream = await self._upstream.open(
                 plan,
@@ -342,7 +342,7 @@ class Pipeline:
                 drain=self._drain,
                 write_stall_s=self._settings.client_write_stall_s,
             )
-            await relay.run(receive, send)
+            await relay.run(receive, send, scope)
             if remember is not None:
                 await remember.resize()  # the worker's final count, once the client has the end
             return

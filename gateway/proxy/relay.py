@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 import orjson
-from starlette.types import Message, Receive, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from gateway.config import Settings
 from gateway.drain import Drain
@@ -97,8 +97,9 @@ class StreamRelay:
         self._max_event_bytes = max_event_bytes
         self._abort_client = abort_client
 
-    async def run(self, receive: Receive, send: Send) -> None:
-        watch = ClientWatch(receive)
+    async def run(self, receive: Receive, send: Send, scope: Scope | None = None) -> None:
+        """`scope`: the request's, where the server may tell of a lost connection itself."""
+        watch = ClientWatch(receive, scope)
         try:
             await self._write(send, {"type": "http.response.start", "status": 200, "headers": self._headers})
             await self._pump(send, watch)
@@ -334,6 +335,16 @@ async def read_whole(upstream: UpstreamResponse, *, deadline: float, max_bytes: 
     """Reads a non-streaming answer (or a stream request's error answer) in full, bounded in
     time and size."""
     response = upstream.response
+    if response.content.is_eof():
+        # The whole answer came with its head (a small one usually does): nothing to wait for,
+        # so no timer to arm.
+        try:
+            body = response.content.read_nowait()
+        except (aiohttp.ClientError, ValueError):
+            raise GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's answer broke off.") from None
+        if len(body) > max_bytes:
+            raise _too_large()
+        return body
     try:
         async with asyncio.timeout_at(deadline):
             parts: list[bytes] = []
@@ -351,5 +362,9 @@ async def read_whole(upstream: UpstreamResponse, *, deadline: float, max_bytes: 
     except (aiohttp.ClientError, ValueError):
         raise GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's answer broke off.") from None
     if size > max_bytes:
-        raise GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's answer is larger than the gateway relays.")
+        raise _too_large()
     return b"".join(parts)
+
+
+def _too_large() -> GatewayError:
+    return GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's answer is larger than the gateway relays.")

@@ -16,6 +16,7 @@ the verdict waits for its first event.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -102,28 +103,36 @@ class WorkerBroken(Exception):
 KEEPALIVE_S = 4.0
 
 
+# Set by `Upstream._post` around the one request it sends: `_MarkingConnector` appends to it when
+# that request needed a new connection, so it was not sent on a pooled one.
+_OPENED: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("sluicegate_opened", default=None)
+
+
+class _MarkingConnector(aiohttp.TCPConnector):
+    """Tells `_post` whether its request opened a connection. An aiohttp TraceConfig could say
+    so too, but with one every request sends half a dozen trace signals (a coroutine and an
+    object each) to listeners that have nothing to do."""
+
+    async def _create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        opened = _OPENED.get()
+        if opened is not None:
+            opened.append(True)
+        return await super()._create_connection(*args, **kwargs)
+
+
 def new_session(*, fresh: bool = False) -> aiohttp.ClientSession:
     """The worker session. `fresh`: a new connection for every request, for the one retry of a
     request whose pooled connection the worker had closed."""
     if fresh:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=10, force_close=True)
     else:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=10, keepalive_timeout=KEEPALIVE_S)
-    reuse = aiohttp.TraceConfig()
-    reuse.on_connection_reuseconn.append(_note_reuse)
+        connector = _MarkingConnector(limit=0, ttl_dns_cache=10, keepalive_timeout=KEEPALIVE_S)
     return aiohttp.ClientSession(
         connector=connector,
-        trace_configs=[reuse],
         auto_decompress=False,
         skip_auto_headers=("User-Agent", "Accept-Encoding"),
         timeout=aiohttp.ClientTimeout(total=None),
     )
-
-
-async def _note_reuse(_session: object, context: Any, _params: object) -> None:
-    """Marks a request (its trace_request_ctx, a dict) as sent on a pooled connection."""
-    if isinstance(context.trace_request_ctx, dict):
-        context.trace_request_ctx["reused"] = True
 
 
 class Upstream:
@@ -132,6 +141,9 @@ class Upstream:
         self._router = router
         self._metrics = metrics
         self._fresh: aiohttp.ClientSession | None = None  # made on first need
+        # Only new_session()'s connector says which requests opened a connection: on another,
+        # none is known to have been pooled, so none is sent twice.
+        self._knows_pooled = isinstance(session.connector, _MarkingConnector)
 
     async def aclose(self) -> None:
         if self._fresh is not None:
@@ -144,16 +156,19 @@ class Upstream:
         (ClientConnectorError) is not retried here: that is the endpoint's. Nor is a request
         that was on a new connection: that one cannot be stale, so the worker read it and may
         have generated (a worker that died mid-request); once is all it is sent."""
-        sent_on: dict[str, bool] = {}
+        opened: list[bool] = []
+        token = _OPENED.set(opened)
         try:
-            return await self._session.post(url, trace_request_ctx=sent_on, **kwargs)
+            return await self._session.post(url, **kwargs)
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if isinstance(exc, aiohttp.ClientConnectorError) or not sent_on.get("reused"):
+            if isinstance(exc, aiohttp.ClientConnectorError) or opened or not self._knows_pooled:
                 raise
             log.info("stale worker connection, retried on a fresh one: %s", type(exc).__name__)
             if self._fresh is None:
                 self._fresh = new_session(fresh=True)
             return await self._fresh.post(url, **kwargs)
+        finally:
+            _OPENED.reset(token)
 
     async def call_endpoint(
         self,

@@ -26,12 +26,6 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
-def _count(value: Any) -> int | None:
-    if type(value) is not int or not 0 <= value <= MAX_TOKENS:
-        return None
-    return value
-
-
 class InvalidUsage(ValueError):
     """The worker's usage report is not believable; the message names the field, never its value."""
 
@@ -41,11 +35,14 @@ def parse_usage(report: Any) -> Usage:
     embeddings answer has none); anything else that is wrong raises InvalidUsage."""
     if not isinstance(report, dict):
         raise InvalidUsage("usage is not an object")
-    prompt = _count(report.get("prompt_tokens"))
-    if prompt is None:
+    # A count is an int (not a bool, not a float) from 0 to MAX_TOKENS; checked inline, as this
+    # runs on every chunk of a stream that reports usage as it goes.
+    prompt = report.get("prompt_tokens")
+    if type(prompt) is not int or not 0 <= prompt <= MAX_TOKENS:
         raise InvalidUsage("usage.prompt_tokens is not a count")
-    raw_completion = report.get("completion_tokens", 0)
-    completion = _count(0 if raw_completion is None else raw_completion)
+    completion = report.get("completion_tokens", 0)
     if completion is None:
+        completion = 0
+    if type(completion) is not int or not 0 <= completion <= MAX_TOKENS:
         raise InvalidUsage("usage.completion_tokens is not a count")
     return Usage(prompt, completion)

@@ -11,14 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import ErrorCode, Failure, GatewayError
 from gateway.http.context import CLIENT_CLOSED
 from gateway.model_table import ModelConfig
 from gateway.proxy.dialect import Call, Dialect
-from gateway.proxy.disconnect import client_abort
+from gateway.proxy.disconnect import client_abort, write_room
 from gateway.proxy.relay import read_whole
 from gateway.proxy.remembering import Remembering
 from gateway.proxy.settlement import Settlement
@@ -27,6 +26,8 @@ from gateway.proxy.usage import InvalidUsage
 from gateway.proxy.worker_errors import worker_failure
 
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+# More than an answer's status line and headers take: room kept for them beside its body.
+_HEAD_BYTES = 16 * 1024
 
 
 async def read(
@@ -93,16 +94,30 @@ async def answer(
     if stored_id is not None and remember is not None:
         await remember(stored_id)
     content = dialect.whole(call, parsed, body, answer_name)
+    room = write_room(scope)
+    if room is not None and room(len(content) + _HEAD_BYTES):
+        # The answer fits in the connection's write buffer as it is: its send cannot wait, so
+        # there is no client to time out (and no timer to arm).
+        await _send_json(content, headers, send)
+        return
     try:
         # uvicorn's send waits while the client's socket buffer is full: a client that stops
         # reading must not hold its request (and its limits) open forever.
         async with asyncio.timeout(requested.timeouts.idle):
-            await Response(content, headers=dict(headers), media_type="application/json")(
-                scope, receive, send
-            )
+            await _send_json(content, headers, send)
     except TimeoutError:
         outcome.disconnected = True
         ctx.status = CLIENT_CLOSED
         abort = client_abort(scope)
         if abort is not None:
             abort()
+
+
+async def _send_json(content: bytes, headers: Mapping[str, str], send: Send) -> None:
+    """A 200 JSON answer as Starlette's Response sends it (the headers given, then its length and
+    type), without the object and header checks it makes: every whole answer goes out here."""
+    raw = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+    raw.append((b"content-length", b"%d" % len(content)))
+    raw.append((b"content-type", b"application/json"))
+    await send({"type": "http.response.start", "status": 200, "headers": raw})
+    await send({"type": "http.response.body", "body": content})

@@ -118,7 +118,12 @@ def _note_choices(choices: list[Any], outcome: Outcome) -> bool:
             outcome.finish_reason = reason
             finished = True
     if generated:
-        _generated(outcome)
+        # `_generated`, inline: this runs for every chunk of every chat stream.
+        now = time.perf_counter()
+        if outcome.first_token_at is None:
+            outcome.first_token_at = now
+        outcome.last_token_at = now
+        outcome.tokens_relayed += 1
     return generated or finished
 
 

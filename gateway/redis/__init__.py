@@ -1,3 +1,3 @@
-"""Redis plumbing: the client (plain, TLS, unix or Sentinel), key names with the team's hash tag, the
-Lua scripts, the circuit breaker and the health watch.
+"""Redis plumbing: the client (plain, TLS, unix, Sentinel or Redis Cluster), key names with the team's
+hash tag, the Lua scripts, the circuit breaker, the health watch and where pub/sub listens.
 """

@@ -1,26 +1,69 @@
-"""The gateway's Redis client from SLUICEGATE_REDIS_URL: redis://, rediss:// (TLS), unix:// or
-redis+sentinel://[[user]:password@]host1:26379,host2:26379/<service>[/<db>][?sentinel_password=...].
+"""The gateway's Redis client from SLUICEGATE_REDIS_URL: redis://, rediss:// (TLS), unix://,
+redis+sentinel://[[user]:password@]host1:26379,host2:26379/<service>[/<db>][?sentinel_password=...]
+or redis+cluster://[[user]:password@]host1:6379,host2:6379/ (rediss+cluster:// for TLS).
 
 With Sentinel, every new connection asks the sentinels where the master is, so a failover costs
 the calls in flight (they fail with a clean 503) and nothing more. The URL's password is the
 master's; sentinels that have their own `requirepass` take `sentinel_password`.
+
+With a cluster, the client learns the slot map from the seed nodes and follows MOVED/ASK; a
+call that meets a dead node fails (one retry after re-reading the map), like a call to a dead
+single Redis. Every multi-key call stays inside one hash slot (gateway/redis/keys.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
 import hiredis
 from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
 
 from gateway.config import Settings
-from gateway.redis.url import SENTINEL_SCHEME, parse_sentinel_url, validate_redis_url
+from gateway.redis.url import (
+    CLUSTER_SCHEMES,
+    SENTINEL_SCHEME,
+    parse_cluster_url,
+    parse_sentinel_url,
+    validate_redis_url,
+)
+
+# The one client type every module holding Redis takes: a single Redis (plain, TLS, unix or
+# Sentinel's master) or a Redis Cluster. Both speak the same commands; what differs (pipelines
+# split per node, no cross-slot scripts) is handled where keys are named (gateway/redis/keys.py).
+RedisClient: TypeAlias = Redis | RedisCluster
+RedisPipeline: TypeAlias = Pipeline | ClusterPipeline
+
+
+class ClusterUnavailableError(RedisConnectionError):
+    """redis-py raises some cluster failures outside RedisError's tree (no reachable node, a slot
+    no node serves during a failover); the gateway's handlers catch RedisError, so the cluster
+    client raises them as this instead: a clean 503 or fail-mode admission, never a 500. The
+    message is the original's class name only (its text may quote a command's arguments)."""
+
+
+def is_cluster(redis: RedisClient) -> bool:
+    return isinstance(redis, RedisCluster)
+
+
+async def close_redis(redis: RedisClient) -> None:
+    """Closes every connection: the pool's (single node) or every node's (a cluster)."""
+    if isinstance(redis, RedisCluster):
+        await redis.aclose()
+        # redis-py's aclose() does nothing while the slot map is marked to be read again (after
+        # a connection error, until the next call): the nodes' sockets would stay open.
+        await redis.nodes_manager.aclose()
+        await redis.nodes_manager.aclose("startup_nodes")
+    else:
+        await redis.aclose(close_connection_pool=True)
 
 
 async def _lean_get_connection(
@@ -85,8 +128,63 @@ def _pack_with_hiredis(pool: ConnectionPool) -> ConnectionPool:
     return pool
 
 
-def connect_redis(settings: Settings) -> Redis:
-    """A bounded pool (past `redis_max_connections` a call fails at once with a clear 503).
+class _ClusterPipeline(ClusterPipeline):
+    async def initialize(self) -> ClusterPipeline:  # `async with` learns the slot map here
+        try:
+            return await super().initialize()
+        except RedisClusterException as exc:
+            raise ClusterUnavailableError(type(exc).__name__) from exc
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
+        try:
+            return await super().execute(raise_on_error, allow_redirections)
+        except RedisClusterException as exc:
+            raise ClusterUnavailableError(type(exc).__name__) from exc
+
+
+class _Cluster(RedisCluster):
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except RedisClusterException as exc:
+            raise ClusterUnavailableError(type(exc).__name__) from exc
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
+        if shard_hint:
+            return super().pipeline(transaction, shard_hint)  # refused by redis-py, as documented
+        return _ClusterPipeline(self, transaction)  # type: ignore[abstract]  # as redis-py builds it
+
+
+def _connect_cluster(url: str, settings: Settings, common: dict[str, Any]) -> RedisCluster:
+    parsed = parse_cluster_url(url)
+    client = _Cluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in parsed.hosts],
+        username=parsed.username,
+        password=parsed.password,
+        ssl=parsed.tls,
+        # Per node: a call past it fails at once (MaxConnectionsError, a clean 503).
+        max_connections=common["max_connections"],
+        socket_connect_timeout=common["socket_connect_timeout"],
+        socket_timeout=None,
+        # One retry after re-reading the slot map (a node gone, a failover), as the single
+        # node's one retry on a fresh connection; never a backoff, the caller's timeout bounds it.
+        retry=Retry(NoBackoff(), 1),
+        # No load_balancing_strategy: every command goes to its slot's primary (replicas lag,
+        # and limits must be exact).
+    )
+    # Each node's connections pack with hiredis too: nodes found later are built from these
+    # kwargs (one dict, shared with the nodes manager), the seed nodes already exist.
+    kwargs: dict[str, Any] = client.nodes_manager.connection_kwargs
+    base: type[AbstractConnection] = kwargs["connection_class"]
+    kwargs["connection_class"] = type(f"Hiredis{base.__name__}", (_HiredisPacking, base), {})
+    for node in client.nodes_manager.startup_nodes.values():
+        node.connection_class = kwargs["connection_class"]
+    return client
+
+
+def connect_redis(settings: Settings) -> RedisClient:
+    """A bounded pool (past `redis_max_connections` a call fails at once with a clear 503; on a
+    cluster, the bound is per node).
 
     Per-socket read/write timeouts are off on purpose: redis-py arms up to three timers per
     command for them, a third of the gateway's CPU per request. Every call site bounds its
@@ -106,7 +204,10 @@ def connect_redis(settings: Settings) -> Redis:
         # idempotent, a doubled admission charge only limits early).
         "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
     }
-    if urlsplit(url).scheme != SENTINEL_SCHEME:
+    scheme = urlsplit(url).scheme
+    if scheme in CLUSTER_SCHEMES:
+        return _connect_cluster(url, settings, common)
+    if scheme != SENTINEL_SCHEME:
         return Redis(connection_pool=_pack_with_hiredis(_LeanPool.from_url(url, **common)))
     parsed = parse_sentinel_url(url)
     # Sentinels are asked only when a connection opens, so their timers cost nothing per command.
@@ -134,4 +235,11 @@ def connect_redis(settings: Settings) -> Redis:
     return client
 
 
-__all__ = ["connect_redis"]
+__all__ = [
+    "ClusterUnavailableError",
+    "RedisClient",
+    "RedisPipeline",
+    "close_redis",
+    "connect_redis",
+    "is_cluster",
+]

@@ -83,8 +83,8 @@ def stored_response(response_id: str) -> str:
 
 
 def audit_log() -> str:
-    """The admin audit log (gateway/admin/audit.py): one stream, written by XADD inside the key
-    store's MULTI/EXEC and read by XREVRANGE; no script touches it, so it needs no hash tag."""
+    """The admin audit log (gateway/admin/audit.py): one stream, written by XADD as a step of each
+    key-store change and read by XREVRANGE; no script touches it, so it needs no hash tag."""
     return f"{PREFIX}:audit"
 
 

@@ -36,11 +36,11 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys
+from gateway.redis.client import RedisClient
 from gateway.routing.prefix import HASH_BYTES, PrefixIndex
 
 log = logging.getLogger("sluicegate.routing")
@@ -97,7 +97,7 @@ def decode(payload: bytes) -> list[tuple[str, list[bytes]]]:
 class PrefixShare:
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         index: PrefixIndex,
         metrics: Metrics,
         *,

@@ -22,11 +22,11 @@ import logging
 import re
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.redis import keys
+from gateway.redis.client import RedisClient
 
 log = logging.getLogger("sluicegate.stored_responses")
 
@@ -47,7 +47,7 @@ class Holder:
 
 
 class StoredResponses:
-    def __init__(self, redis: Redis, *, ttl_s: float, timeout_s: float) -> None:
+    def __init__(self, redis: RedisClient, *, ttl_s: float, timeout_s: float) -> None:
         self._redis = redis
         self._ttl_ms = max(1, int(ttl_s * 1000))
         self._timeout_s = timeout_s

@@ -28,12 +28,12 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys
 from gateway.redis.breaker import RedisBreaker
+from gateway.redis.client import RedisClient
 from gateway.redis.scripts import load_script
 
 log = logging.getLogger("sluicegate.fair_share")
@@ -62,7 +62,7 @@ class FairShareStore:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         breaker: RedisBreaker,
         metrics: Metrics,
         *,

@@ -92,6 +92,7 @@ def test_an_expiry_in_the_past_is_refused(gateway: Gateway, expires_at: Any) -> 
 # --- key ids: only ids, never another Redis key -----------------------------------------------
 
 
+@pytest.mark.also_on_cluster  # on one Redis and on a Redis Cluster (tests/conftest.py)
 def test_a_key_id_that_names_another_redis_key_is_404_not_503(gateway: Gateway) -> None:
     key = gateway.new_key()
     rotated = gateway.admin.call("POST", f"/admin/v1/keys/{key['id']}/rotate", {"grace_seconds": 600})

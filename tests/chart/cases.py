@@ -155,6 +155,17 @@ CASES: dict[str, tuple[tuple[Path, ...], dict[str, Any] | None]] = {
         (),
         {"redis": {"enabled": False, "external": {"url": "rediss://:s3cret@redis.example.com:6380/0"}}},
     ),
+    "external-redis-cluster": (
+        (),
+        {
+            "redis": {
+                "enabled": False,
+                "external": {
+                    "url": "rediss+cluster://:s3cret@node-a.example.com:6379,node-b.example.com:6379/"
+                },
+            }
+        },
+    ),
     "external-redis-secret": (
         (),
         {"redis": {"enabled": False, "external": {"existingSecret": "managed-redis"}}},

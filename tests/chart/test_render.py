@@ -3,6 +3,7 @@ rendered objects hold the properties a reviewer would otherwise check by eye."""
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
 
@@ -246,6 +247,14 @@ def test_gateway_reads_an_external_redis_url_from_a_secret(render: Renderer) -> 
 
     result = render_case(render, "external-redis-secret")
     assert secret_ref(gateway_env(result)["SLUICEGATE_REDIS_URL"]) == ("managed-redis", "redis-url")
+
+
+def test_gateway_reads_a_redis_cluster_url_from_a_secret(render: Renderer) -> None:
+    result = render_case(render, "external-redis-cluster")
+    assert secret_ref(gateway_env(result)["SLUICEGATE_REDIS_URL"]) == ("sg-sluicegate", "redis-url")
+    assert not result.of_kind("StatefulSet")
+    url = base64.b64decode(result.one("Secret")["data"]["redis-url"]).decode()
+    assert url.startswith("rediss+cluster://")
 
 
 def test_existing_secrets_replace_the_generated_ones(render: Renderer) -> None:

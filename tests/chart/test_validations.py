@@ -27,7 +27,7 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "external redis url scheme": (
         {"redis": {"enabled": False, "external": {"url": "http://r:6379"}}},
-        "redis.external.url must start with redis://, rediss:// or redis+sentinel://",
+        "redis.external.url must start with redis://, rediss://, redis+sentinel://, redis+cluster:// or rediss+cluster://",
     ),
     "vllm without a model id": (
         {"models": [{"name": "m", "engine": "vllm"}]},

@@ -28,7 +28,13 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "console"
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "test-output" / "console"
+# axe-core, pinned by tests/console/axe/package-lock.json, installed by tools/get-axe.sh (`make test`).
+AXE = ROOT / ".cache" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
+# What axe checks: WCAG 2.0, 2.1 and 2.2 at levels A and AA (contrast, labels, names, reflow's
+# scrollable regions, ...) and Deque's best practices (landmarks, headings).
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practice"]
 UI = "/admin/ui"
 
 
@@ -84,6 +90,31 @@ def signed_in(context: BrowserContext, console_gateway: Gateway) -> Iterator[Pag
     # "Failed to load resource" is the browser noting a 4xx the test asked for (a bad form, the
     # favicon): not a script error. CSP violations read "Refused to ...".
     assert [p for p in problems if not p.startswith("Failed to load resource")] == []
+
+
+@pytest.fixture(scope="package")
+def axe_source() -> str:
+    if not AXE.is_file():
+        pytest.fail(f"{AXE} is missing: run tools/get-axe.sh (make test does)")
+    return AXE.read_text(encoding="utf-8")
+
+
+# Each violation as one line: the rule, its impact and the elements it found.
+_AXE_RUN = """async (tags) => {
+  const options = {runOnly: {type: "tag", values: tags}, resultTypes: ["violations"]};
+  const result = await window.axe.run(document, options);
+  return result.violations.map(v => `${v.id} (${v.impact}): ${v.help}: ` +
+    v.nodes.map(n => n.target.join(" ")).join(", "));
+}"""
+
+
+def axe_violations(page: Page, source: str) -> list[str]:
+    """axe-core's violations on the page as it is now. The engine is evaluated through the
+    DevTools protocol, which the console's CSP (no inline scripts) does not govern."""
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        page.evaluate(source)
+    violations: list[str] = page.evaluate(_AXE_RUN, AXE_TAGS)
+    return violations
 
 
 def screenshot(page: Page, name: str) -> None:

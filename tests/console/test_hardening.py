@@ -254,7 +254,7 @@ def test_csv_cells_a_spreadsheet_would_run_are_neutralised(
     assert sorted(str(row["model"]) for row in api_rows) == shown
     # The page shows them as they are, as text.
     page = _http(console_gateway, "GET", f"{UI}/usage?team={team}&by=model", cookie=signed.cookie)
-    assert "<td>=HYPERLINK(&#34;http://example.invalid&#34;,&#34;x&#34;)</td>" in page.body
+    assert '<td class="group">=HYPERLINK(&#34;http://example.invalid&#34;,&#34;x&#34;)</td>' in page.body
 
 
 def test_a_new_secret_is_shown_only_to_its_own_session_and_only_by_a_get(console_gateway: Gateway) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 
+from gateway.keys.store import hash_secret
 from gateway.model_table import NATIVE, ModelConfig, ModelTable, Protocols
 from gateway.proxy.cache_salt import derive
 from gateway.redis import keys
@@ -205,6 +206,7 @@ def test_an_existing_team_without_an_id_gets_one_once(gw: Gateway, redis_client:
     team = gw.new_team()
     key = gw.new_key(team)["key"]
     redis_client.hdel(keys.team(team), "id")  # as a team made before ids existed
+    redis_client.hdel(keys.key_by_hash(hash_secret(key)), "team_id")  # and its keys, before they named it
     assert post(gw.url + "/v1/chat/completions", {"model": FAKE_MODEL, **CHAT}, key=key).status == 200
     minted = _team_id(redis_client, team)
     assert post(gw.url + "/v1/chat/completions", {"model": FAKE_MODEL, **CHAT}, key=key).status == 200

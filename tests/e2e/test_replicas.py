@@ -1,4 +1,5 @@
-"""Three gateway processes sharing one Redis: limits stay exact across replicas."""
+"""Three gateway processes sharing one Redis (and, marked `cluster`, one Redis Cluster): limits
+stay exact across replicas, and a revocation reaches all of them."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from typing import Any
 import pytest
 
 from gateway.cli import AdminClient
-from gateway.dev.embedded_redis import EmbeddedRedis
 from tests.conftest import FAKE_MODEL
 from tests.http import get, post
+from tests.redis_cluster import RedisServer
 from tests.servers import free_port
+
+pytestmark = pytest.mark.also_on_cluster
 
 BODY = {"model": FAKE_MODEL, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -46,7 +49,7 @@ class Replicas:
 
 @pytest.fixture(scope="module")
 def replicas(
-    redis_server: EmbeddedRedis, fake_worker: str, tmp_path_factory: pytest.TempPathFactory
+    redis_server: RedisServer, fake_worker: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Replicas]:
     config = tmp_path_factory.mktemp("replicas") / "models.yaml"
     config.write_text(f"models:\n  - name: {FAKE_MODEL}\n    endpoints:\n      - url: {fake_worker}\n")

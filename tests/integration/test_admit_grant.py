@@ -9,23 +9,26 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from redis.asyncio import Redis
+import pytest
 
-from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.limits.admission import Admission, Limit, LimitKind, RateLimiter, Reservation
 from gateway.limits.spec import TokenCount
 from gateway.metering.meter import Meter
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
+from gateway.redis.client import RedisClient
+from tests.redis_cluster import RedisServer, async_client
+
+pytestmark = pytest.mark.also_on_cluster
 
 T = TypeVar("T")
 TEAM = "grant"
 
 
-def _run(redis_url: str, scenario: Callable[[RateLimiter, Redis], Awaitable[T]]) -> T:
+def _run(redis_url: str, scenario: Callable[[RateLimiter, RedisClient], Awaitable[T]]) -> T:
     async def main() -> T:
-        redis = Redis.from_url(redis_url)
+        redis = async_client(redis_url)
         try:
             meter = Meter(redis, Metrics(), timeout_s=2)
             limiter = RateLimiter(redis, Metrics(), RedisBreaker(1.0), meter, timeout_s=2)
@@ -53,11 +56,11 @@ def _budget(amount: int) -> Limit:
 
 
 def test_the_grant_is_the_least_any_limit_can_take_and_each_is_charged_that(
-    redis_server: EmbeddedRedis,
+    redis_server: RedisServer,
 ) -> None:
     key_tpm, team_tpm, budget = _tpm(30_000), _tpm(50_000), _budget(25_000)
 
-    async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[Admission, int, Admission]:
+    async def scenario(limiter: RateLimiter, redis: RedisClient) -> tuple[Admission, int, Admission]:
         first = await limiter.admit(
             TEAM, [key_tpm, team_tpm, budget], "a", Reservation(19_000, 32_000), least=16
         )
@@ -87,10 +90,10 @@ def test_the_grant_is_the_least_any_limit_can_take_and_each_is_charged_that(
     assert second.denied_by.limit is budget
 
 
-def test_a_token_limit_bounds_the_grant_when_it_is_the_tightest(redis_server: EmbeddedRedis) -> None:
+def test_a_token_limit_bounds_the_grant_when_it_is_the_tightest(redis_server: RedisServer) -> None:
     key_tpm, budget = _tpm(30_000), _budget(1_000_000)
 
-    async def scenario(limiter: RateLimiter, redis: Redis) -> Admission:
+    async def scenario(limiter: RateLimiter, redis: RedisClient) -> Admission:
         return await limiter.admit(TEAM, [budget, key_tpm], "a", Reservation(19_000, 32_000), least=16)
 
     admitted = _run(redis_server.url, scenario)
@@ -98,10 +101,10 @@ def test_a_token_limit_bounds_the_grant_when_it_is_the_tightest(redis_server: Em
     assert admitted.limited_by == "tokens_per_minute"
 
 
-def test_a_limit_that_does_not_count_output_admits_the_whole_ask(redis_server: EmbeddedRedis) -> None:
+def test_a_limit_that_does_not_count_output_admits_the_whole_ask(redis_server: RedisServer) -> None:
     inputs, outputs = _tpm(20_000, TokenCount.INPUT), _tpm(500, TokenCount.OUTPUT)
 
-    async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[Admission, Admission]:
+    async def scenario(limiter: RateLimiter, redis: RedisClient) -> tuple[Admission, Admission]:
         only_inputs = await limiter.admit(TEAM, [inputs], "a", Reservation(19_000, 32_000), least=16)
         both = await limiter.admit(
             TEAM, [_tpm(20_000, TokenCount.INPUT), outputs], "b", Reservation(100, 900), least=16
@@ -114,10 +117,10 @@ def test_a_limit_that_does_not_count_output_admits_the_whole_ask(redis_server: E
     assert both.reservation == Reservation(100, 500)  # the prompt is not output: all 500 granted
 
 
-def test_the_grant_is_a_whole_cap_per_answer(redis_server: EmbeddedRedis) -> None:
+def test_the_grant_is_a_whole_cap_per_answer(redis_server: RedisServer) -> None:
     tpm = _tpm(1_000)
 
-    async def scenario(limiter: RateLimiter, redis: Redis) -> Admission:
+    async def scenario(limiter: RateLimiter, redis: RedisClient) -> Admission:
         return await limiter.admit(TEAM, [tpm], "a", Reservation(5, 8 * 200), least=8 * 16, step=8)
 
     admitted = _run(redis_server.url, scenario)
@@ -125,11 +128,11 @@ def test_the_grant_is_a_whole_cap_per_answer(redis_server: EmbeddedRedis) -> Non
 
 
 def test_a_prompt_with_the_least_output_past_a_limit_is_refused_and_charges_nothing(
-    redis_server: EmbeddedRedis,
+    redis_server: RedisServer,
 ) -> None:
     tpm, budget = _tpm(1_000), _budget(10_000)
 
-    async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[Admission, Admission, int]:
+    async def scenario(limiter: RateLimiter, redis: RedisClient) -> tuple[Admission, Admission, int]:
         refused = await limiter.admit(TEAM, [budget, tpm], "a", Reservation(990, 4_000), least=16)
         fits = await limiter.admit(TEAM, [budget, tpm], "b", Reservation(984, 4_000), least=16)
         return refused, fits, int(await redis.get(budget.redis_key) or 0)
@@ -147,10 +150,10 @@ def test_a_prompt_with_the_least_output_past_a_limit_is_refused_and_charges_noth
     assert spent == 1_000  # only the admitted request's 984 + 16
 
 
-def test_without_a_least_the_whole_ask_must_fit_as_before(redis_server: EmbeddedRedis) -> None:
+def test_without_a_least_the_whole_ask_must_fit_as_before(redis_server: RedisServer) -> None:
     tpm = _tpm(1_000)
 
-    async def scenario(limiter: RateLimiter, redis: Redis) -> Admission:
+    async def scenario(limiter: RateLimiter, redis: RedisClient) -> Admission:
         return await limiter.admit(TEAM, [tpm], "a", Reservation(100, 1_000))
 
     refused = _run(redis_server.url, scenario)

@@ -8,25 +8,26 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from redis.asyncio import Redis
+import pytest
 
-from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.limits.admission import Limit, LimitKind, RateLimiter, Reservation
 from gateway.metering.meter import Meter
 from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
+from gateway.redis.client import RedisClient
+from tests.redis_cluster import RedisServer, async_client
+
+pytestmark = pytest.mark.also_on_cluster
 
 T = TypeVar("T")
 ONE = Reservation(0, 0)
-# admit() names the team for its admission marker; these tests check limits, not markers.
-ADMIT_TEAM = "gcra"
 
 
-def _run(redis_url: str, scenario: Callable[[RateLimiter, Redis], Awaitable[T]]) -> T:
+def _run(redis_url: str, scenario: Callable[[RateLimiter, RedisClient], Awaitable[T]]) -> T:
     async def main() -> T:
-        redis = Redis.from_url(redis_url)
+        redis = async_client(redis_url)
         try:
             return await scenario(
                 RateLimiter(
@@ -44,25 +45,26 @@ def _team() -> str:
     return "t" + secrets.token_hex(4)
 
 
-def test_concurrent_admissions_never_exceed_the_limit(redis_server: EmbeddedRedis) -> None:
-    limit = Limit(LimitKind.REQUESTS, redis_keys.rate_limit(_team(), "key:k1:rpm"), 10, "k1")
+def test_concurrent_admissions_never_exceed_the_limit(redis_server: RedisServer) -> None:
+    team = _team()
+    limit = Limit(LimitKind.REQUESTS, redis_keys.rate_limit(team, "key:k1:rpm"), 10, "k1")
 
-    async def scenario(limiter: RateLimiter, redis: Redis) -> list[bool]:
-        results = await asyncio.gather(*(limiter.admit(ADMIT_TEAM, [limit], f"r{i}", ONE) for i in range(50)))
+    async def scenario(limiter: RateLimiter, redis: RedisClient) -> list[bool]:
+        results = await asyncio.gather(*(limiter.admit(team, [limit], f"r{i}", ONE) for i in range(50)))
         return [r.allowed for r in results]
 
     assert sum(_run(redis_server.url, scenario)) == 10
 
 
-def test_a_denial_charges_no_limit_and_names_the_one_that_refused(redis_server: EmbeddedRedis) -> None:
+def test_a_denial_charges_no_limit_and_names_the_one_that_refused(redis_server: RedisServer) -> None:
     team = _team()
     tight = Limit(LimitKind.REQUESTS, redis_keys.rate_limit(team, "key:tight"), 2, "tight")
     loose = Limit(LimitKind.REQUESTS, redis_keys.rate_limit(team, "team"), 100, "loose")
 
-    async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[list[bool], str | None, int]:
-        results = [await limiter.admit(ADMIT_TEAM, [loose, tight], f"r{i}", ONE) for i in range(4)]
+    async def scenario(limiter: RateLimiter, redis: RedisClient) -> tuple[list[bool], str | None, int]:
+        results = [await limiter.admit(team, [loose, tight], f"r{i}", ONE) for i in range(4)]
         denied = results[-1].denied_by
-        after = await limiter.admit(ADMIT_TEAM, [loose], "after", ONE)
+        after = await limiter.admit(team, [loose], "after", ONE)
         return (
             [r.allowed for r in results],
             denied.limit.description if denied else None,
@@ -75,17 +77,18 @@ def test_a_denial_charges_no_limit_and_names_the_one_that_refused(redis_server: 
     assert loose_remaining == 100 - 3  # two admitted requests and this one; refusals charged nothing
 
 
-def test_the_limit_refills_at_its_rate(redis_server: EmbeddedRedis) -> None:
-    limit = Limit(LimitKind.REQUESTS, redis_keys.rate_limit(_team(), "fast"), 5, "fast", period_s=0.5)
+def test_the_limit_refills_at_its_rate(redis_server: RedisServer) -> None:
+    team = _team()
+    limit = Limit(LimitKind.REQUESTS, redis_keys.rate_limit(team, "fast"), 5, "fast", period_s=0.5)
 
-    async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[int, float, bool]:
-        burst = [await limiter.admit(ADMIT_TEAM, [limit], f"r{i}", ONE) for i in range(6)]
+    async def scenario(limiter: RateLimiter, redis: RedisClient) -> tuple[int, float, bool]:
+        burst = [await limiter.admit(team, [limit], f"r{i}", ONE) for i in range(6)]
         retry = burst[-1].denied_by.retry_after_s if burst[-1].denied_by else -1.0
         await asyncio.sleep(0.12)  # one emission interval is 0.1 s
         return (
             sum(r.allowed for r in burst),
             retry,
-            (await limiter.admit(ADMIT_TEAM, [limit], "later", ONE)).allowed,
+            (await limiter.admit(team, [limit], "later", ONE)).allowed,
         )
 
     admitted, retry_after, later = _run(redis_server.url, scenario)
@@ -94,35 +97,35 @@ def test_the_limit_refills_at_its_rate(redis_server: EmbeddedRedis) -> None:
     assert later
 
 
-def test_concurrency_slots_are_held_until_settled(redis_server: EmbeddedRedis) -> None:
+def test_concurrency_slots_are_held_until_settled(redis_server: RedisServer) -> None:
     team = _team()
     slots = Limit(LimitKind.CONCURRENCY, redis_keys.rate_limit(team, "key:k:conc"), 2, "slots")
 
-    async def scenario(limiter: RateLimiter, redis: Redis) -> list[bool]:
+    async def scenario(limiter: RateLimiter, redis: RedisClient) -> list[bool]:
         meter = Meter(redis, Metrics(), timeout_s=2)
-        first = await limiter.admit(ADMIT_TEAM, [slots], "a", ONE)
-        second = await limiter.admit(ADMIT_TEAM, [slots], "b", ONE)
-        third = await limiter.admit(ADMIT_TEAM, [slots], "c", ONE)
+        first = await limiter.admit(team, [slots], "a", ONE)
+        second = await limiter.admit(team, [slots], "b", ONE)
+        third = await limiter.admit(team, [slots], "c", ONE)
         await meter.record(_usage(team, "a", first.settlements(0, 0)))
-        fourth = await limiter.admit(ADMIT_TEAM, [slots], "d", ONE)
+        fourth = await limiter.admit(team, [slots], "d", ONE)
         return [first.allowed, second.allowed, third.allowed, fourth.allowed]
 
     assert _run(redis_server.url, scenario) == [True, True, False, True]
 
 
-def test_token_reservations_are_settled_to_the_real_usage(redis_server: EmbeddedRedis) -> None:
+def test_token_reservations_are_settled_to_the_real_usage(redis_server: RedisServer) -> None:
     team = _team()
     tpm = Limit(LimitKind.TOKENS, redis_keys.rate_limit(team, "team:tpm"), 1000, "tpm")
     budget = Limit(LimitKind.BUDGET, redis_keys.rate_limit(team, "budget:d:x"), 1500, "daily", period_s=3600)
 
-    async def scenario(limiter: RateLimiter, redis: Redis) -> tuple[int, int, int, bool, LimitKind]:
+    async def scenario(limiter: RateLimiter, redis: RedisClient) -> tuple[int, int, int, bool, LimitKind]:
         meter = Meter(redis, Metrics(), timeout_s=2)
-        big = await limiter.admit(ADMIT_TEAM, [tpm, budget], "big", Reservation(100, 800))  # reserves 900
-        during = (await limiter.admit(ADMIT_TEAM, [tpm], "probe1", Reservation(0, 0))).states[0].remaining
+        big = await limiter.admit(team, [tpm, budget], "big", Reservation(100, 800))  # reserves 900
+        during = (await limiter.admit(team, [tpm], "probe1", Reservation(0, 0))).states[0].remaining
         await meter.record(_usage(team, "big", big.settlements(100, 50)))  # used 150: 750 back
-        after = (await limiter.admit(ADMIT_TEAM, [tpm], "probe2", Reservation(0, 0))).states[0].remaining
+        after = (await limiter.admit(team, [tpm], "probe2", Reservation(0, 0))).states[0].remaining
         used = int(await redis.get(budget.redis_key) or 0)
-        over = await limiter.admit(ADMIT_TEAM, [tpm, budget], "over", Reservation(100, 1300))
+        over = await limiter.admit(team, [tpm, budget], "over", Reservation(100, 1300))
         assert over.denied_by is not None
         return during, after, used, over.allowed, over.denied_by.limit.kind
 

@@ -12,19 +12,24 @@ from typing import Any, TypeVar
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.store import KeyStore, hash_secret
 from gateway.limits.spec import NO_LIMITS, LimitSet
 from gateway.redis import keys as redis_keys
+from tests.redis_cluster import async_client
+
+# Every test runs on one Redis and on a Redis Cluster (tests/conftest.py).
+pytestmark = pytest.mark.also_on_cluster
 
 T = TypeVar("T")
 
 
-def _run(redis_url: str, scenario: Callable[[KeyStore, Redis], Awaitable[T]]) -> T:
+def _run(redis_url: str, scenario: Callable[[KeyStore, Redis | RedisCluster], Awaitable[T]]) -> T:
     async def main() -> T:
-        redis = Redis.from_url(redis_url)
+        redis = async_client(redis_url)
         try:
             return await scenario(KeyStore(redis), redis)
         finally:
@@ -38,19 +43,21 @@ def _name() -> str:
 
 
 class _Journal:
-    """Records what the store wrote down, on the change's own transaction."""
+    """Records what the store wrote down."""
 
     def __init__(self) -> None:
         self.entries: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
 
-    def write(self, pipe: Any, action: str, *, team: str, key_id: str | None = None, **change: Any) -> None:
+    async def write(self, action: str, *, team: str, key_id: str | None = None, **change: Any) -> None:
         self.entries.append((action, dict(change["before"]), dict(change["after"])))
 
 
 def test_team_shows_its_fields_and_teams_lists_them_all(redis_server: EmbeddedRedis) -> None:
     name = _name()
 
-    async def scenario(store: KeyStore, redis: Redis) -> tuple[dict[str, object], list[dict[str, object]]]:
+    async def scenario(
+        store: KeyStore, redis: Redis | RedisCluster
+    ) -> tuple[dict[str, object], list[dict[str, object]]]:
         await store.create_team(name, LimitSet(rpm=5, daily_tokens=100))
         return await store.team(name), await store.teams()
 
@@ -63,7 +70,7 @@ def test_team_shows_its_fields_and_teams_lists_them_all(redis_server: EmbeddedRe
 
 
 def test_an_unknown_team_is_team_not_found(redis_server: EmbeddedRedis) -> None:
-    async def scenario(store: KeyStore, redis: Redis) -> None:
+    async def scenario(store: KeyStore, redis: Redis | RedisCluster) -> None:
         await store.team(_name())
 
     with pytest.raises(GatewayError) as caught:
@@ -76,7 +83,7 @@ def test_deleting_a_team_revokes_every_secret_and_tells_every_replica(redis_serv
     forgotten: list[str] = []
     journal = _Journal()
 
-    async def scenario(store: KeyStore, redis: Redis) -> dict[str, Any]:
+    async def scenario(store: KeyStore, redis: Redis | RedisCluster) -> dict[str, Any]:
         await store.create_team(name)
         await store.create_team(other)
         first, first_secret = await store.create_key(name)
@@ -128,7 +135,7 @@ def test_deleting_a_team_revokes_every_secret_and_tells_every_replica(redis_serv
 def test_a_deleted_team_takes_no_new_keys_and_its_name_can_be_used_again(redis_server: EmbeddedRedis) -> None:
     name = _name()
 
-    async def scenario(store: KeyStore, redis: Redis) -> tuple[ErrorCode, list[str], object]:
+    async def scenario(store: KeyStore, redis: Redis | RedisCluster) -> tuple[ErrorCode, list[str], object]:
         await store.create_team(name, LimitSet(rpm=1))
         await store.create_key(name)
         await store.delete_team(name, journal=None)
@@ -148,7 +155,7 @@ def test_a_deleted_team_takes_no_new_keys_and_its_name_can_be_used_again(redis_s
 def test_list_all_keys_lists_every_team(redis_server: EmbeddedRedis) -> None:
     a, b = _name(), _name()
 
-    async def scenario(store: KeyStore, redis: Redis) -> tuple[set[str], set[str]]:
+    async def scenario(store: KeyStore, redis: Redis | RedisCluster) -> tuple[set[str], set[str]]:
         await store.create_team(a)
         await store.create_team(b)
         made = {(await store.create_key(team))[0].id for team in (a, b, a)}
@@ -165,7 +172,7 @@ def test_update_key_changes_models_and_expiry_and_keeps_what_it_is_not_given(
     later = time.time() + 3600
     journal = _Journal()
 
-    async def scenario(store: KeyStore, redis: Redis) -> list[Any]:
+    async def scenario(store: KeyStore, redis: Redis | RedisCluster) -> list[Any]:
         await store.create_team(name)
         key, secret = await store.create_key(name, models=["a"], limits=LimitSet(rpm=3))
         narrowed = await store.update_key(key.id, NO_LIMITS, set(), models=["b", "c"], expires_at=later)
@@ -190,7 +197,7 @@ def test_update_key_changes_models_and_expiry_and_keeps_what_it_is_not_given(
 def test_a_revoked_key_cannot_be_updated(redis_server: EmbeddedRedis) -> None:
     name = _name()
 
-    async def scenario(store: KeyStore, redis: Redis) -> GatewayError:
+    async def scenario(store: KeyStore, redis: Redis | RedisCluster) -> GatewayError:
         await store.create_team(name)
         key, _ = await store.create_key(name)
         await store.revoke(key.id)

@@ -8,28 +8,31 @@ import asyncio
 import secrets
 from typing import cast
 
-from redis.asyncio import Redis
+import pytest
 
-from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.limits.admission import Limit, LimitKind, RateLimiter, Reservation
 from gateway.metering.meter import Meter
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
+from gateway.redis.client import RedisClient
+from tests.redis_cluster import RedisServer, async_client
 from tests.waiting import eventually
+
+pytestmark = pytest.mark.also_on_cluster
 
 LEASE_S = 0.3
 
 
-async def _expiries(redis: Redis, key: str) -> dict[bytes, float]:
+async def _expiries(redis: RedisClient, key: str) -> dict[bytes, float]:
     return dict(cast(list[tuple[bytes, float]], await redis.zrange(key, 0, -1, withscores=True)))
 
 
 def test_held_slots_are_renewed_in_one_round_trip_per_tick_and_released_ones_lapse(
-    redis_server: EmbeddedRedis,
+    redis_server: RedisServer,
 ) -> None:
     async def main() -> None:
-        redis = Redis.from_url(redis_server.url)
+        redis = async_client(redis_server.url)
         limiter = RateLimiter(
             redis,
             Metrics(),

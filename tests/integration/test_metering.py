@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
+import pytest
 from redis.asyncio import Redis
 
 from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.metering.meter import Meter
 from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
+from tests.redis_cluster import RedisServer, async_client
+
+pytestmark = pytest.mark.also_on_cluster
 
 
 def _record(request_id: str, day: str, model: str = "m", prompt: int = 3, completion: int = 5) -> UsageRecord:
@@ -27,9 +31,9 @@ def _record(request_id: str, day: str, model: str = "m", prompt: int = 3, comple
     )
 
 
-def test_a_request_is_recorded_once_and_reported_by_day(redis_server: EmbeddedRedis) -> None:
+def test_a_request_is_recorded_once_and_reported_by_day(redis_server: RedisServer) -> None:
     async def scenario() -> tuple[list[bool], list[dict[str, object]], list[dict[str, object]]]:
-        redis = Redis.from_url(redis_server.url)
+        redis = async_client(redis_server.url)
         try:
             meter = Meter(redis, Metrics(), timeout_s=2)
             written = [
@@ -94,3 +98,35 @@ def test_a_batch_is_one_round_trip_and_survives_a_redis_that_lost_the_script() -
     assert evalsha_before_flush >= 5
     assert loads == 1
     assert [(r["requests"], r["prompt_tokens"]) for r in rows] == [(10, 30)]
+
+
+def test_what_a_replaced_redis_lost_is_written_again_after_the_failure() -> None:
+    """A primary that dies may have acknowledged writes its replica never got (replication is
+    asynchronous). Here the replacement is a fresh Redis on the same port: batches written shortly
+    before the failed write are written again, each still counted once."""
+
+    async def scenario() -> tuple[bool, list[dict[str, object]]]:
+        first = EmbeddedRedis().start()
+        port = first.port
+        redis = Redis.from_url(first.url)
+        try:
+            meter = Meter(redis, Metrics(), timeout_s=2)
+            for i in range(3):
+                meter.submit(_record(f"lost{i}", "2026-11-23"))
+                assert await meter.flush()  # acknowledged by the Redis about to die
+            first.stop()
+            meter.submit(_record("during", "2026-11-23"))
+            failed = await meter.flush()
+            with EmbeddedRedis(port) as replacement:  # knows nothing of the three
+                assert replacement.port == port
+                assert await meter.flush()
+                meter.submit(_record("lost0", "2026-11-23"))  # a duplicate still counts once
+                assert await meter.flush()
+                return failed, await meter.report(["meter-team"], None, None)
+        finally:
+            first.stop()
+            await redis.aclose()
+
+    failed, rows = asyncio.run(scenario())
+    assert not failed
+    assert [(r["requests"], r["prompt_tokens"]) for r in rows] == [(4, 12)]

@@ -41,6 +41,7 @@ class ReceivedSpan:
     start_ns: int
     end_ns: int
     resource: dict[str, Any] = field(default_factory=dict)
+    event_attributes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _value(value: AnyValue) -> Any:
@@ -89,6 +90,9 @@ class Receiver:
                             start_ns=span.start_time_unix_nano,
                             end_ns=span.end_time_unix_nano,
                             resource=resource,
+                            event_attributes={
+                                event.name: _attributes(event.attributes) for event in span.events
+                            },
                         )
                     )
         with self._changed:

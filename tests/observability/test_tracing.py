@@ -22,6 +22,7 @@ from gateway.config import Settings
 from gateway.errors import ConfigError
 from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from gateway.observability.tracing import TracingConfig
+from gateway.observability.tracing_config import DEFAULT_SAMPLE_RATIO
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, default_table, worker_record
 from tests.observability.otlp_receiver import (
     CLIENT,
@@ -51,9 +52,20 @@ def receiver() -> Iterator[tuple[str, Receiver]]:
         yield got
 
 
-def _traced(make_gateway: GatewayFactory, url: str, table: ModelTable | None = None, **overrides: Any) -> Any:
-    # A short batch delay so spans arrive while the test runs; the lifespan's end flushes the rest.
-    config = TracingConfig(endpoint=url, schedule_delay_ms=20)
+def _traced(
+    make_gateway: GatewayFactory,
+    url: str,
+    table: ModelTable | None = None,
+    *,
+    ratio: float = 1.0,
+    **overrides: Any,
+) -> Any:
+    """A gateway exporting to `url` with the default sampler (parent-based, by trace id ratio) at
+    `ratio`: 1 (the tests that read a request's spans need every request recorded) or 0, both
+    deterministic. A short batch delay so spans arrive while the test runs; the lifespan's end
+    flushes the rest."""
+    config = TracingConfig(endpoint=url, schedule_delay_ms=20, sampler_arg=ratio)
+    assert config.sampler == "parentbased_traceidratio"
     return make_gateway(table, tracing=config, **overrides)
 
 
@@ -112,10 +124,13 @@ def test_a_stream_is_one_trace_that_continues_the_clients(
     assert attributes["client.address"] == "127.0.0.1"
 
     # Every phase a child of the server span, in order; no queue wait (the pool had room).
+    # Authentication and settlement are events on the server span, at their ends.
     phases = children(spans, server)
-    assert [s.name for s in phases] == ["authenticate", "admit", f"chat {FAKE_MODEL}", "settle"]
-    assert len(spans) == 5
-    attempt = phases[2]
+    assert [s.name for s in phases] == ["admit", f"chat {FAKE_MODEL}"]
+    assert len(spans) == 3
+    assert server.events == ["authenticate", "settle"]
+    assert server.event_attributes == {"authenticate": {}, "settle": {}}
+    attempt = phases[1]
     assert attempt.kind == CLIENT
     worker_port = int(fake_worker.rsplit(":", 1)[1])
     assert attempt.attributes["server.address"] == "127.0.0.1"
@@ -124,8 +139,10 @@ def test_a_stream_is_one_trace_that_continues_the_clients(
     assert attempt.attributes["http.response.status_code"] == 200
     assert attempt.events == ["first_byte", "first_token"]
     assert attempt.event_times["first_byte"] <= attempt.event_times["first_token"] <= attempt.end_ns
-    # The attempt lasts as long as the answer it relayed: settle comes after it.
-    assert attempt.end_ns <= phases[3].start_ns
+    # Authenticated before admission; the attempt lasts as long as the answer it relayed, and
+    # settlement ends after it.
+    assert server.start_ns <= server.event_times["authenticate"] <= phases[0].start_ns
+    assert attempt.end_ns <= server.event_times["settle"] <= server.end_ns
 
     # The worker's parent is the gateway's attempt span, not the client's; tracestate goes along.
     seen = _worker_saw(fake_worker, request_id)
@@ -212,6 +229,15 @@ def test_a_429_names_the_limit_that_refused(
         with pytest.raises(openai.RateLimitError) as refused:
             client.chat.completions.create(model=FAKE_MODEL, messages=MESSAGES)
         spans = got.by_request_id(refused.value.response.headers["x-sluicegate-request-id"])
+        with pytest.raises(openai.AuthenticationError) as unknown:
+            gw.client("sk-not-a-key").chat.completions.create(model=FAKE_MODEL, messages=MESSAGES)
+        rejected = only(
+            got.by_request_id(unknown.value.response.headers["x-sluicegate-request-id"]), kind=SERVER
+        )
+    # A failed authentication is the event's error, and nothing follows it.
+    assert rejected.events == ["authenticate"]
+    assert rejected.event_attributes["authenticate"] == {"error.type": "invalid_api_key"}
+    assert rejected.attributes["http.response.status_code"] == 401
     server = only(spans, kind=SERVER)
     assert server.attributes["http.response.status_code"] == 429
     assert server.attributes["sluicegate.limit"] == "rpm"
@@ -220,9 +246,10 @@ def test_a_429_names_the_limit_that_refused(
     assert server.status != STATUS_ERROR, "a 4xx is the client's doing (HTTP semantic conventions)"
     assert "gen_ai.usage.input_tokens" not in server.attributes  # never admitted: nothing metered
     phases = children(spans, server)
-    assert [s.name for s in phases] == ["authenticate", "admit"]
-    assert phases[1].attributes["error.type"] == "rate_limit_exceeded"
-    assert phases[1].status == STATUS_ERROR
+    assert [s.name for s in phases] == ["admit"]
+    assert phases[0].attributes["error.type"] == "rate_limit_exceeded"
+    assert phases[0].status == STATUS_ERROR
+    assert server.events == ["authenticate"]  # never admitted: nothing settled
 
 
 def test_a_request_that_waited_for_a_saturated_pool_has_a_queue_wait_span(
@@ -274,7 +301,8 @@ def test_a_request_that_waited_for_a_saturated_pool_has_a_queue_wait_span(
         spans = got.by_request_id(answers[0].headers["x-sluicegate-request-id"])
     server = only(spans, kind=SERVER)
     names = [s.name for s in children(spans, server)]
-    assert names == ["authenticate", "admit", "queue wait", f"chat {FAKE_MODEL}", "settle"]
+    assert names == ["admit", "queue wait", f"chat {FAKE_MODEL}"]
+    assert server.events == ["authenticate", "settle"]
 
 
 @contextlib.contextmanager
@@ -414,6 +442,21 @@ def test_otel_settings_are_read_and_checked_at_start() -> None:
         0.25,
     )
     assert (config.schedule_delay_ms, config.max_queue_size) == (100.0, 4096)
+    # The documented default: parent-based, by trace id ratio, at SLUICEGATE_TRACE_SAMPLE_RATIO.
+    default = Settings.from_env(base).tracing
+    assert default is not None
+    assert (default.sampler, default.sampler_arg) == ("parentbased_traceidratio", DEFAULT_SAMPLE_RATIO)
+    assert 0 < DEFAULT_SAMPLE_RATIO < 1
+    own = Settings.from_env({**base, "SLUICEGATE_TRACE_SAMPLE_RATIO": "1"}).tracing
+    assert own is not None
+    assert (own.sampler, own.sampler_arg) == ("parentbased_traceidratio", 1.0)
+    named = Settings.from_env({**base, "OTEL_TRACES_SAMPLER": "always_on"}).tracing
+    assert named is not None
+    assert named.sampler == "always_on"
+    # A ratio sampler named without its argument samples everything (the specification's default).
+    bare = Settings.from_env({**base, "OTEL_TRACES_SAMPLER": "traceidratio"}).tracing
+    assert bare is not None
+    assert bare.sampler_arg == 1.0
     assert Settings.from_env({**base, "OTEL_SDK_DISABLED": "true"}).tracing is None
     assert Settings.from_env({**base, "OTEL_TRACES_EXPORTER": "none"}).tracing is None
     for bad, name in (
@@ -422,6 +465,13 @@ def test_otel_settings_are_read_and_checked_at_start() -> None:
         ({"OTEL_TRACES_SAMPLER": "sometimes"}, "OTEL_TRACES_SAMPLER"),
         ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"}, "OTEL_TRACES_SAMPLER_ARG"),
         ({"OTEL_BSP_MAX_QUEUE_SIZE": "many"}, "OTEL_BSP_MAX_QUEUE_SIZE"),
+        ({"SLUICEGATE_TRACE_SAMPLE_RATIO": "1.5"}, "SLUICEGATE_TRACE_SAMPLE_RATIO"),
+        ({"SLUICEGATE_TRACE_SAMPLE_RATIO": "-0.1"}, "SLUICEGATE_TRACE_SAMPLE_RATIO"),
+        ({"SLUICEGATE_TRACE_SAMPLE_RATIO": "some"}, "SLUICEGATE_TRACE_SAMPLE_RATIO"),
+        (
+            {"SLUICEGATE_TRACE_SAMPLE_RATIO": "0.1", "OTEL_TRACES_SAMPLER": "always_on"},
+            "SLUICEGATE_TRACE_SAMPLE_RATIO",
+        ),
         ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER"),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
     ):
@@ -429,11 +479,49 @@ def test_otel_settings_are_read_and_checked_at_start() -> None:
             Settings.from_env({**base, **bad})
 
 
+def test_the_default_sampler_follows_a_clients_decision_and_samples_new_traces_by_ratio(
+    make_gateway: GatewayFactory, receiver: tuple[str, Receiver], fake_worker: str
+) -> None:
+    """Parent-based by trace id ratio: a client's sampled traceparent is recorded even at ratio 0,
+    its unsampled one is not even at ratio 1, and a request that starts a trace is recorded by
+    the ratio (0 and 1 decide every trace id alike). Whatever the decision, the worker learns it."""
+    url, got = receiver
+    answers: dict[str, tuple[str, str]] = {}  # case -> (the traceparent sent, the worker's one)
+    for ratio in (0.0, 1.0):
+        with _traced(make_gateway, url, ratio=ratio) as gw:
+            client = gw.client(gw.new_key()["key"])
+            for flags in ("01", "00", None):
+                trace_id, span_id, _ = _traceparent()
+                sent = "" if flags is None else f"00-{trace_id}-{span_id}-{flags}"
+                raw = client.chat.completions.with_raw_response.create(
+                    model=FAKE_MODEL, messages=MESSAGES, extra_headers={"traceparent": sent} if sent else {}
+                )
+                raw.parse()
+                seen = _worker_saw(fake_worker, raw.headers["x-sluicegate-request-id"])
+                answers[f"{ratio} {flags}"] = (sent, seen["traceparent"])
+        # The gateway is stopped: its lifespan flushed every span it recorded.
+    recorded = {s.trace_id for s in got.spans if s.kind == SERVER}
+    for case, (sent, worker) in answers.items():
+        ratio, flags = case.split()
+        _, worker_trace, worker_parent, worker_flags = worker.split("-")
+        if sent:
+            _, trace_id, span_id, _ = sent.split("-")
+            assert worker_trace == trace_id, case
+            assert worker_parent != span_id, f"{case}: the worker's parent is the gateway's span"
+        expected = flags == "01" if flags != "None" else ratio == "1.0"
+        assert (worker_trace in recorded) is expected, case
+        assert bool(int(worker_flags, 16) & 1) is expected, case
+    assert len(recorded) == 3  # (0, sampled parent), (1, sampled parent), (1, no parent)
+    # Not recorded is not built: a dropped request exports nothing at all, children included.
+    assert {s.trace_id for s in got.spans} == recorded
+
+
 def test_a_sampled_out_request_exports_nothing_but_still_gives_the_worker_a_parent(
     make_gateway: GatewayFactory, receiver: tuple[str, Receiver], fake_worker: str
 ) -> None:
-    """The client's own sampling decision is kept (parentbased_always_on): a trace it did not
-    sample is not exported, and the worker still learns the trace and the gateway's span."""
+    """The client's own sampling decision is kept (parent-based), even with every new trace
+    sampled: a trace it did not sample is not exported, and the worker still learns the trace and
+    the gateway's span."""
     url, got = receiver
     trace_id, _, _ = _traceparent()
     with _traced(make_gateway, url) as gw:

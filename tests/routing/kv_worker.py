@@ -12,7 +12,12 @@ It models what makes prefix-cache routing pay, and nothing else:
 - continuous batching: at most `max_batch` requests run, the rest wait (`num_requests_waiting`);
   each output token takes `decode_base_s + decode_per_seq_s * running`, so a bigger batch is
   slower per token;
-- `/metrics` in vLLM's names: running, waiting, KV use, and prefix-cache queries and hits (tokens).
+- `/metrics` in vLLM's names: running, waiting, KV use, and prefix-cache queries and hits (tokens);
+- vLLM's `cache_salt`: mixed into the first block's hash, so only requests with the same salt (or
+  none) share cached blocks;
+- per tenant (a bench-only `x-kv-tenant` header: the engine cannot know teams, the bench does):
+  queried and hit tokens, and hits on blocks only other tenants' requests had cached, so a bench
+  can tell a team's reuse of its own prompts from reuse across teams.
 
 Time is simulated with asyncio sleeps, so many engines share one process and barely use a CPU.
 """
@@ -25,6 +30,7 @@ import itertools
 import random
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -35,6 +41,17 @@ from starlette.routing import Route
 
 BLOCK_TOKENS = 16
 BYTES_PER_TOKEN = 4
+TENANT_HEADER = "x-kv-tenant"
+
+
+@dataclass
+class TenantCounters:
+    """Prompt tokens of one tenant's requests: all, served from the cache, and of those the ones
+    whose blocks no request of this tenant had put there (cached by another tenant)."""
+
+    query_tokens: int = 0
+    hit_tokens: int = 0
+    cross_hit_tokens: int = 0
 
 
 def render(body: dict[str, Any]) -> bytes:
@@ -51,12 +68,16 @@ def render(body: dict[str, Any]) -> bytes:
     return "".join(parts).encode()
 
 
-def engine_blocks(prompt: bytes) -> list[bytes]:
+def engine_blocks(prompt: bytes, salt: str | None = None) -> list[bytes]:
+    """The prompt's chained block hashes. A salt goes into the first block's hash, as vLLM puts
+    `cache_salt` into its first block's extra keys: the chain makes every later block differ too."""
     size = BLOCK_TOKENS * BYTES_PER_TOKEN
     parent = b""
+    extra = b"" if salt is None else b"\x00salt:" + salt.encode()
     out = []
     for end in range(size, len(prompt) + 1, size):
-        parent = hashlib.sha1(parent + prompt[end - size : end], usedforsecurity=False).digest()
+        parent = hashlib.sha1(parent + prompt[end - size : end] + extra, usedforsecurity=False).digest()
+        extra = b""
         out.append(parent)
     return out
 
@@ -82,7 +103,9 @@ class KVCacheWorker:
         self.decode_base_s = decode_base_s
         self.decode_per_seq_s = decode_per_seq_s
         self.output_tokens = output_tokens
-        self.cache: OrderedDict[bytes, None] = OrderedDict()
+        # Each cached block with the tenants whose requests put or found it there.
+        self.cache: OrderedDict[bytes, set[str]] = OrderedDict()
+        self.tenants: dict[str, TenantCounters] = {}
         self.running = 0
         self.waiting = 0
         self.requests = 0
@@ -120,31 +143,39 @@ class KVCacheWorker:
         )
         return Response(text, media_type="text/plain; version=0.0.4")
 
-    def _schedule(self, blocks: list[bytes]) -> int:
-        """Cached leading blocks; then every block of the prompt is in the cache, most recent."""
-        cached = 0
+    def _schedule(self, blocks: list[bytes], tenant: str) -> tuple[int, int]:
+        """(cached leading blocks, of those the ones no request of `tenant` had cached); then
+        every block of the prompt is in the cache, most recent."""
+        cached = foreign = 0
         for block in blocks:
-            if block not in self.cache:
+            holders = self.cache.get(block)
+            if holders is None:
                 break
             cached += 1
+            foreign += tenant not in holders
         for block in blocks:
-            self.cache[block] = None
+            self.cache.setdefault(block, set()).add(tenant)
             self.cache.move_to_end(block)
         while len(self.cache) > self.cache_blocks:
             self.cache.popitem(last=False)
-        return cached
+        return cached, foreign
 
     async def generate(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
         prompt = render(body)
+        tenant = request.headers.get(TENANT_HEADER, "")
+        salt = body.get("cache_salt")
+        salt = salt if isinstance(salt, str) else None
         tokens = max(1, len(prompt) // BYTES_PER_TOKEN)
         self.requests += 1
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.max_batch)
         ident = f"sim-{next(self._ids)}"
         if body.get("stream"):
-            return StreamingResponse(self._stream(ident, prompt, tokens), media_type="text/event-stream")
-        text = "".join([piece async for piece in self._run(ident, prompt, tokens)])
+            return StreamingResponse(
+                self._stream(ident, prompt, tokens, tenant, salt), media_type="text/event-stream"
+            )
+        text = "".join([piece async for piece in self._run(ident, prompt, tokens, tenant, salt)])
         answer = {
             "id": ident,
             "object": "chat.completion",
@@ -155,10 +186,11 @@ class KVCacheWorker:
         }
         return Response(orjson.dumps(answer), media_type="application/json")
 
-    async def _run(self, ident: str, prompt: bytes, tokens: int) -> Any:
+    async def _run(self, ident: str, prompt: bytes, tokens: int, tenant: str, salt: str | None) -> Any:
         """Yields each output token's text, the first after the prefill."""
         assert self._slots is not None
-        blocks = engine_blocks(prompt)
+        blocks = engine_blocks(prompt, salt)
+        counters = self.tenants.setdefault(tenant, TenantCounters())
         words = random.Random(ident)
         output: list[str] = []
         self.waiting += 1
@@ -168,24 +200,27 @@ class KVCacheWorker:
             self.waiting -= 1
         self.running += 1
         try:
-            cached = self._schedule(blocks)
+            cached, foreign = self._schedule(blocks, tenant)
             hit = min(cached * BLOCK_TOKENS, tokens)
             self.query_tokens += tokens
             self.hit_tokens += hit
+            counters.query_tokens += tokens
+            counters.hit_tokens += hit
+            counters.cross_hit_tokens += min(foreign * BLOCK_TOKENS, hit)
             await asyncio.sleep(self.prefill_base_s + self.prefill_per_token_s * (tokens - hit))
             for _ in range(self.output_tokens):
                 output.append(f"o{words.randrange(1000):03d} ")
                 yield output[-1]
                 await asyncio.sleep(self.decode_base_s + self.decode_per_seq_s * self.running)
-            self._schedule(engine_blocks(prompt + "".join(output).encode()))
+            self._schedule(engine_blocks(prompt + "".join(output).encode(), salt), tenant)
         finally:
             self.running -= 1
             self._slots.release()
 
-    async def _stream(self, ident: str, prompt: bytes, tokens: int) -> Any:
+    async def _stream(self, ident: str, prompt: bytes, tokens: int, tenant: str, salt: str | None) -> Any:
         base = {"id": ident, "object": "chat.completion.chunk", "created": 0, "model": self.model}
         i = 0
-        async for piece in self._run(ident, prompt, tokens):
+        async for piece in self._run(ident, prompt, tokens, tenant, salt):
             delta = {"index": 0, "delta": {"content": piece}, "finish_reason": None}
             yield b"data: " + orjson.dumps({**base, "choices": [delta]}) + b"\n\n"
             i += 1

@@ -6,19 +6,25 @@ import asyncio
 import secrets
 import struct
 
+import pytest
 from redis.asyncio import Redis
 
-from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.observability.metrics import Metrics
+from gateway.redis.client import RedisClient
 from gateway.routing.prefix import PrefixIndex, block_hashes
 from gateway.routing.prefix_share import MAX_BACKOFF_S, PrefixShare
+from tests.redis_cluster import RedisServer, async_client
 from tests.servers import free_port
 from tests.waiting import eventually
+
+pytestmark = pytest.mark.also_on_cluster
 
 BLOCKS = block_hashes(secrets.token_bytes(64 * 12), 64)
 
 
-def _share(redis: Redis, key: str, interval_s: float = 0.02) -> tuple[PrefixShare, PrefixIndex, Metrics]:
+def _share(
+    redis: RedisClient, key: str, interval_s: float = 0.02
+) -> tuple[PrefixShare, PrefixIndex, Metrics]:
     index, metrics = PrefixIndex(1000), Metrics()
     share = PrefixShare(redis, index, metrics, interval_s=interval_s, timeout_s=1.0, key=key)
     return share, index, metrics
@@ -29,9 +35,9 @@ def _key() -> str:
     return f"sg:{{prefix-test-{secrets.token_hex(4)}}}:log"
 
 
-def test_a_chain_recorded_by_one_replica_is_found_by_the_other(redis_server: EmbeddedRedis) -> None:
+def test_a_chain_recorded_by_one_replica_is_found_by_the_other(redis_server: RedisServer) -> None:
     async def run() -> None:
-        redis = Redis.from_url(redis_server.url)
+        redis = async_client(redis_server.url)
         key = _key()
         one, one_index, _ = _share(redis, key)
         two, two_index, _ = _share(redis, key)
@@ -84,13 +90,13 @@ def test_redis_down_keeps_the_local_index_and_counts_failures() -> None:
     asyncio.run(run())
 
 
-def test_hostile_or_malformed_entries_are_skipped_and_the_reader_goes_on(redis_server: EmbeddedRedis) -> None:
+def test_hostile_or_malformed_entries_are_skipped_and_the_reader_goes_on(redis_server: RedisServer) -> None:
     """Anyone who can write to Redis can add entries: none of them stops the reader, grows the
     index past what gateways write, or records a URL that is not one of this replica's endpoints."""
     from gateway.routing.prefix_share import MAX_ENTRY_BYTES, encode
 
     async def run() -> None:
-        redis = Redis.from_url(redis_server.url)
+        redis = async_client(redis_server.url)
         key = _key()
         index, metrics = PrefixIndex(100_000), Metrics()
         known = {"http://a:1": "http://a:1"}

@@ -13,27 +13,29 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.errors import ErrorCode, GatewayError
 from gateway.limits.spec import NO_LIMITS, LimitSet, parse_limits
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys
 from gateway.redis.breaker import RedisBreaker
+from gateway.redis.client import RedisClient
 from gateway.routing import vtc
 from gateway.routing.share import ShareTicket, band, weighted_cost
 from gateway.routing.vtc import FairShareStore, PoolShare
+from tests.redis_cluster import RedisServer, async_client
 from tests.waiting import eventually
+
+pytestmark = pytest.mark.also_on_cluster
 
 T = TypeVar("T")
 LONG_WINDOW_S = 600.0  # no test lasts this long: every team seen stays active
 
 
-def _run(url: str, scenario: Callable[[FairShareStore, Redis, str], Awaitable[T]], **store: Any) -> T:
+def _run(url: str, scenario: Callable[[FairShareStore, RedisClient, str], Awaitable[T]], **store: Any) -> T:
     async def main() -> T:
-        redis = Redis.from_url(url)
+        redis = async_client(url)
         try:
             fair = FairShareStore(redis, RedisBreaker(1.0), Metrics(), timeout_s=5, **store)
             return await scenario(fair, redis, "p" + secrets.token_hex(4))
@@ -51,14 +53,14 @@ def _counters(reply: list[Any]) -> dict[str, float]:
 START = [("b", "a", 0.0), ("b", "b", 0.0)]
 
 
-async def _stored(redis: Redis, pool: str) -> dict[str, float]:
+async def _stored(redis: RedisClient, pool: str) -> dict[str, float]:
     """The counters (without the reservations, kept in the same hash under "~team")."""
     raw = await redis.hgetall(keys.fair_share(pool)[0])
     return {keys.as_text(k): float(v) for k, v in raw.items() if not keys.as_text(k).startswith("~")}
 
 
-def test_a_charge_adds_and_a_correction_moves_it_to_the_actual_cost(redis_server: EmbeddedRedis) -> None:
-    async def scenario(fair: FairShareStore, redis: Redis, pool: str) -> None:
+def test_a_charge_adds_and_a_correction_moves_it_to_the_actual_cost(redis_server: RedisServer) -> None:
+    async def scenario(fair: FairShareStore, redis: RedisClient, pool: str) -> None:
         reply = await fair.call(pool, [*START, ("c", "a", 300.0), ("c", "b", 100.0)], ())
         assert reply[0] == 0  # no candidates, no pick
         assert _counters(reply) == {"a": 300.0, "b": 100.0}
@@ -68,8 +70,8 @@ def test_a_charge_adds_and_a_correction_moves_it_to_the_actual_cost(redis_server
     _run(redis_server.url, scenario, window_s=LONG_WINDOW_S)
 
 
-def test_the_least_served_team_is_picked_and_charged(redis_server: EmbeddedRedis) -> None:
-    async def scenario(fair: FairShareStore, redis: Redis, pool: str) -> None:
+def test_the_least_served_team_is_picked_and_charged(redis_server: RedisServer) -> None:
+    async def scenario(fair: FairShareStore, redis: RedisClient, pool: str) -> None:
         await fair.call(pool, [*START, ("c", "a", 500.0), ("c", "b", 200.0)], ())
         reply = await fair.call(pool, [], [("a", 5, 10.0), ("b", 5, 50.0)])
         assert reply[0] == 2  # b, 1-based
@@ -82,9 +84,9 @@ def test_the_least_served_team_is_picked_and_charged(redis_server: EmbeddedRedis
 
 
 def test_a_newly_backlogged_team_starts_at_the_least_counter_and_idling_earns_nothing(
-    redis_server: EmbeddedRedis,
+    redis_server: RedisServer,
 ) -> None:
-    async def scenario(fair: FairShareStore, redis: Redis, pool: str) -> None:
+    async def scenario(fair: FairShareStore, redis: RedisClient, pool: str) -> None:
         # Served, and settled (a reservation still out counts for nothing here: next test).
         await fair.call(pool, [*START, ("c", "a", 1000.0), ("c", "b", 700.0)], ())
         await fair.call(pool, [("r", "a", 1000.0), ("r", "b", 700.0)], ())
@@ -99,13 +101,13 @@ def test_a_newly_backlogged_team_starts_at_the_least_counter_and_idling_earns_no
 
 
 def test_a_team_back_after_the_window_starts_at_the_least_counter_even_when_it_was_ahead(
-    redis_server: EmbeddedRedis,
+    redis_server: RedisServer,
 ) -> None:
     """A replica died with its requests in flight: their estimates were charged and are never
     corrected. Once the team has been away for the window, that debt is gone, so no counter
     drifts for longer than the window; a correction for a team gone meanwhile is dropped."""
 
-    async def scenario(fair: FairShareStore, redis: Redis, pool: str) -> None:
+    async def scenario(fair: FairShareStore, redis: RedisClient, pool: str) -> None:
         await fair.call(
             pool, [("b", "dead", 0.0), ("b", "live", 0.0), ("c", "dead", 5000.0), ("c", "live", 100.0)], ()
         )
@@ -121,8 +123,8 @@ def test_a_team_back_after_the_window_starts_at_the_least_counter_even_when_it_w
     _run(redis_server.url, scenario, window_s=0.1)
 
 
-def test_weights_split_the_picks_in_their_ratio(redis_server: EmbeddedRedis) -> None:
-    async def scenario(fair: FairShareStore, redis: Redis, pool: str) -> dict[str, int]:
+def test_weights_split_the_picks_in_their_ratio(redis_server: RedisServer) -> None:
+    async def scenario(fair: FairShareStore, redis: RedisClient, pool: str) -> dict[str, int]:
         picks = {"w1": 0, "w2": 0, "w4": 0}
         costs = {team: weighted_cost(100, 50, int(team[1])) for team in picks}
         for _ in range(700):
@@ -136,8 +138,8 @@ def test_weights_split_the_picks_in_their_ratio(redis_server: EmbeddedRedis) -> 
         assert abs(picks[team] - share) <= 1, picks
 
 
-def test_a_higher_band_goes_first_whatever_its_counter(redis_server: EmbeddedRedis) -> None:
-    async def scenario(fair: FairShareStore, redis: Redis, pool: str) -> None:
+def test_a_higher_band_goes_first_whatever_its_counter(redis_server: RedisServer) -> None:
+    async def scenario(fair: FairShareStore, redis: RedisClient, pool: str) -> None:
         await fair.call(
             pool,
             [("b", "urgent", 0.0), ("b", "batch", 0.0), ("c", "urgent", 9000.0), ("c", "batch", 1.0)],
@@ -152,8 +154,8 @@ def test_a_higher_band_goes_first_whatever_its_counter(redis_server: EmbeddedRed
     _run(redis_server.url, scenario, window_s=LONG_WINDOW_S)
 
 
-def test_a_correction_after_the_keys_expired_changes_nothing(redis_server: EmbeddedRedis) -> None:
-    async def scenario(fair: FairShareStore, redis: Redis, pool: str) -> None:
+def test_a_correction_after_the_keys_expired_changes_nothing(redis_server: RedisServer) -> None:
+    async def scenario(fair: FairShareStore, redis: RedisClient, pool: str) -> None:
         await fair.call(pool, [("c", "a", 100.0)], ())
         counters, active, floor = keys.fair_share(pool)
         assert 0 < await redis.pttl(counters) <= 200
@@ -171,20 +173,20 @@ def test_the_pool_keys_share_one_hash_tag() -> None:
         assert len(tags) == 1
 
 
-def test_a_single_team_is_picked_whatever_its_counter(redis_server: EmbeddedRedis) -> None:
-    async def scenario(fair: FairShareStore, redis: Redis, pool: str) -> None:
+def test_a_single_team_is_picked_whatever_its_counter(redis_server: RedisServer) -> None:
+    async def scenario(fair: FairShareStore, redis: RedisClient, pool: str) -> None:
         await fair.call(pool, [("c", "a", 1e9), ("c", "b", 0.0)], ())
         assert (await fair.call(pool, [], [("a", 5, 1.0)]))[0] == 1  # work-conserving
 
     _run(redis_server.url, scenario, window_s=LONG_WINDOW_S)
 
 
-def test_pool_share_batches_updates_and_picks_through_redis(redis_server: EmbeddedRedis) -> None:
+def test_pool_share_batches_updates_and_picks_through_redis(redis_server: RedisServer) -> None:
     """The Python side: charges and corrections reach Redis in the background; a pick carries
     what is pending; a ticket settled twice corrects once; a retried request's first charge is
     given back whole."""
 
-    async def scenario(fair: FairShareStore, redis: Redis, pool: str) -> None:
+    async def scenario(fair: FairShareStore, redis: RedisClient, pool: str) -> None:
         share = PoolShare(pool, fair.metrics, fair, lambda: ())
         await fair.call(pool, START, ())
         ticket = ShareTicket.estimated("a", 2, 5, 100, 50)  # (100 + 2 x 50) / 2 = 100
@@ -249,7 +251,7 @@ def test_the_jain_index_is_over_the_service_the_waiting_teams_got() -> None:
 
 
 def test_a_refund_after_the_window_gives_no_credit_to_a_team_with_a_request_in_flight(
-    redis_server: EmbeddedRedis, monkeypatch: pytest.MonkeyPatch
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A request with a huge estimate (a large max_tokens) runs longer than the active window
     while its team waits for nothing; the team comes back with a new request, then the first
@@ -257,7 +259,7 @@ def test_a_refund_after_the_window_gives_no_credit_to_a_team_with_a_request_in_f
     on a counter lifted meanwhile: else the team owns the pool for the refunded amount."""
     monkeypatch.setattr(vtc, "HEARTBEAT_S", 0.05)
 
-    async def scenario(fair: FairShareStore, redis: Redis, pool: str) -> None:
+    async def scenario(fair: FairShareStore, redis: RedisClient, pool: str) -> None:
         waiting = {"b"}
         share = PoolShare(pool, fair.metrics, fair, lambda: waiting)
         share.charge("b", 500.0)
@@ -325,11 +327,11 @@ def test_team_series_go_when_the_team_stops_waiting_and_counters_do_not_pile_up(
     assert len(share.counters) <= 8, len(share.counters)
 
 
-def test_a_charge_redis_never_got_is_not_refunded_when_it_comes_back(redis_server: EmbeddedRedis) -> None:
+def test_a_charge_redis_never_got_is_not_refunded_when_it_comes_back(redis_server: RedisServer) -> None:
     """Updates that could not be sent are dropped; the correction of a charge among them must
     not reach Redis as a refund of something it never charged."""
 
-    async def scenario(fair: FairShareStore, redis: Redis, pool: str) -> None:
+    async def scenario(fair: FairShareStore, redis: RedisClient, pool: str) -> None:
         down = False
         charged: list[str] = []  # teams whose charges Redis applied
         real = fair.call
@@ -367,14 +369,14 @@ def test_a_charge_redis_never_got_is_not_refunded_when_it_comes_back(redis_serve
 
 
 def test_after_an_outage_longer_than_the_window_no_refund_lands_on_a_lifted_counter(
-    redis_server: EmbeddedRedis, monkeypatch: pytest.MonkeyPatch
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Redis is unreachable for longer than the window while a request with a huge estimate runs:
     Redis forgets the team (its heartbeats could not arrive) and lifts it when it comes back, so
     the request's refund must not follow it there."""
     monkeypatch.setattr(vtc, "HEARTBEAT_S", 0.05)
 
-    async def scenario(fair: FairShareStore, redis: Redis, pool: str) -> None:
+    async def scenario(fair: FairShareStore, redis: RedisClient, pool: str) -> None:
         down = False
         charged: list[str] = []
         real = fair.call
@@ -413,13 +415,13 @@ def test_after_an_outage_longer_than_the_window_no_refund_lands_on_a_lifted_coun
 
 
 def test_a_newcomer_is_not_lifted_onto_reservations_that_are_refunded_later(
-    redis_server: EmbeddedRedis,
+    redis_server: RedisServer,
 ) -> None:
     """A team alone holds huge reservations (max_tokens far above what it uses) when another
     becomes backlogged: the newcomer starts at what the team was served, not at the reservations,
     or their refunds would leave the team that far below it (the pool its own for that much)."""
 
-    async def scenario(fair: FairShareStore, redis: Redis, pool: str) -> None:
+    async def scenario(fair: FairShareStore, redis: RedisClient, pool: str) -> None:
         await fair.call(pool, [("c", "a", 300.0), ("r", "a", 300.0)], ())  # one settled request
         await fair.call(pool, [("c", "a", 1e9)], ())  # then one reserved at 1e9, in flight
         reply = await fair.call(pool, [("b", "newcomer", 0.0)], ())

@@ -27,7 +27,6 @@ from gateway.errors import GatewayError
 from gateway.http.body import read_body
 from gateway.http.context import CLIENT_CLOSED, RequestContext
 from gateway.proxy.prompt_count import tokenize_body, worker_prompt_tokens
-from gateway.proxy.translation import ignored
 from gateway.routing.router import ModelRoute
 from gateway.state import app_state
 
@@ -50,7 +49,7 @@ class CountTokens:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = RequestContext.of(scope)
-        send = ignored.announcing(ctx, with_request_id(scope, send))
+        send = with_request_id(scope, send)  # x-sluicegate-ignored: the middleware adds it
         ctx.api = "messages.count_tokens"
         try:
             response = await self._count(Request(scope, receive), ctx)

@@ -30,7 +30,6 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.http.body import read_body
 from gateway.http.context import CLIENT_CLOSED, RequestContext
 from gateway.proxy.prompt_count import tokenize_body, worker_prompt_tokens
-from gateway.proxy.translation import ignored
 from gateway.proxy.translation.body import field_error, open_body
 from gateway.proxy.worker_errors import sanitised
 from gateway.routing.router import ModelRoute
@@ -90,7 +89,6 @@ class ModelMethod:
             )
             return
         ctx.api = f"{NAME}.count_tokens" if method == COUNT else NAME
-        send = ignored.announcing(ctx, send)
         try:
             if method != COUNT or not model:
                 shown = sanitised(method[:40])

@@ -11,7 +11,7 @@ import contextlib
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 from starlette.responses import Response
@@ -56,17 +56,12 @@ class OpenAICall:
     def worker_path(self) -> str:
         return self.path
 
-    @property
-    def protocol(self) -> WorkerProtocol:
-        return worker_protocols.CHAT
-
-    @property
-    def continues(self) -> str | None:
-        return None
-
-    @property
-    def ignored(self) -> tuple[str, ...]:
-        return ()  # the worker's own API: unknown fields pass through to it, nothing is dropped
+    # Class attributes, not properties: read several times per request, each read of a property
+    # a Python call.
+    protocol: ClassVar[WorkerProtocol] = worker_protocols.CHAT
+    continues: ClassVar[str | None] = None
+    # The worker's own API: unknown fields pass through to it, nothing is dropped.
+    ignored: ClassVar[tuple[str, ...]] = ()
 
     @property
     def user(self) -> str | None:
@@ -159,7 +154,9 @@ class OpenAIStream:
                     # Nested deeper than orjson writes: relayed as the worker wrote it.
                     with contextlib.suppress(orjson.JSONEncodeError):
                         data = orjson.dumps(chunk)
-        renamed = self._rewrite.apply(data, chunk.get("model"))
+        model = chunk.get("model")
+        # The worker's name is the client's in most streams: no call per chunk to find that out.
+        renamed = data if model == self._name else self._rewrite.apply(data, model)
         if renamed is data and not changed:
             return raw  # as the worker sent it: no copy
         return b"data: " + renamed + b"\n\n"

@@ -18,8 +18,6 @@ import logging
 import re
 from collections.abc import Iterable
 
-from starlette.types import Message, Send
-
 from gateway.http.context import RequestContext
 from gateway.observability.metrics import Metrics
 
@@ -221,13 +219,8 @@ def record(
     log.debug("request %s: the translation dropped %s", ctx.request_id, header_value(ignored))
 
 
-def announcing(ctx: RequestContext, send: Send) -> Send:
-    """`send`, with x-sluicegate-ignored on the response's start when the request dropped anything."""
-
-    async def send_with_ignored(message: Message) -> None:
-        if message["type"] == "http.response.start" and ctx.ignored:
-            value = header_value(ctx.ignored).encode()
-            message["headers"] = [*message.get("headers", ()), (IGNORED_HEADER.encode(), value)]
-        await send(message)
-
-    return send_with_ignored
+def header(ignored: tuple[str, ...]) -> tuple[bytes, bytes]:
+    """x-sluicegate-ignored as a raw header: the one middleware (gateway/edge/middleware.py) adds
+    it to the start of any answer to a request whose translation dropped something (`ctx.ignored`),
+    so no route wraps `send` for it."""
+    return IGNORED_HEADER.encode(), header_value(ignored).encode()

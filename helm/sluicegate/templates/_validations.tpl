@@ -16,8 +16,8 @@ what to do, before anything reaches the cluster. Rendered from validations.yaml.
 {{- if and $v.redis.external.url $v.redis.external.existingSecret -}}
 {{- $errors = append $errors "redis.external.url and redis.external.existingSecret are both set: give one" -}}
 {{- end -}}
-{{- if and $v.redis.external.url (not (regexMatch "^(redis|rediss|redis\\+sentinel)://" $v.redis.external.url)) -}}
-{{- $errors = append $errors "redis.external.url must start with redis://, rediss:// or redis+sentinel://" -}}
+{{- if and $v.redis.external.url (not (regexMatch "^(redis|rediss|redis\\+sentinel|redis\\+cluster|rediss\\+cluster)://" $v.redis.external.url)) -}}
+{{- $errors = append $errors "redis.external.url must start with redis://, rediss://, redis+sentinel://, redis+cluster:// or rediss+cluster://" -}}
 {{- end -}}
 {{- end -}}
 {{- if and $v.redis.auth.existingSecret $v.redis.auth.password -}}
