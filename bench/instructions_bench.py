@@ -14,7 +14,7 @@ requests and splits the gateway's instructions per request into phases (harness/
     .venv/bin/python bench/instructions_bench.py -n 100       # fewer requests per kind
     .venv/bin/python bench/instructions_bench.py --phases     # + the per-phase table (py-spy)
     .venv/bin/python bench/instructions_bench.py --tracing    # the gateway with tracing off, on at
-                                                              # the default ratio, on at 100%
+                                                              # 0%, the default ratio and 100%
     SLUICEGATE_BENCH_GATEWAY_SRC=/tmp/before .venv/bin/python bench/instructions_bench.py
 
 The mock worker and Redis run natively; nothing is pinned (valgrind runs one thread at a time).
@@ -131,10 +131,12 @@ def callgrind_wrap(out_dir: Path, name: str) -> tuple[str, ...]:
 
 
 def tracing_modes(receiver: str) -> dict[str, dict[str, str]]:
-    """The gateway's settings of each tracing mode: off, the documented default sampler (only an
-    endpoint set), and every request sampled."""
+    """The gateway's settings of each tracing mode: off, on with no request sampled (what a
+    dropped request costs), the documented default sampler (only an endpoint set), and every
+    request sampled."""
     return {
         "tracing off": {},
+        "0% sampled": {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver, "SLUICEGATE_TRACE_SAMPLE_RATIO": "0"},
         "default ratio": {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver},
         "100% sampled": {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver, "OTEL_TRACES_SAMPLER": "always_on"},
     }
@@ -293,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=300, help="requests per kind while counting (300)")
     parser.add_argument("--phases", action="store_true", help="also the per-phase table (needs py-spy)")
     parser.add_argument(
-        "--tracing", action="store_true", help="the gateway with tracing off, at the default ratio, at 100%%"
+        "--tracing", action="store_true", help="the gateway with tracing off, at 0%%, by default, at 100%%"
     )
     parser.add_argument("--keep", metavar="DIR", help="keep callgrind's dumps and py-spy's stacks in DIR")
     parser.add_argument(

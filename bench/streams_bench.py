@@ -9,8 +9,9 @@ and this script as the load client (harness/streamload.py: one asyncio.Protocol 
 descriptor limit is raised here (soft to hard) and inherited by every child; the gateway's code is
 untouched. For each N, a fresh worker, proxy and gateway; the proxy's side first, then the gateway's:
 
-  warm-up (50 streams, cut after their first tokens) -> idle RSS -> open N streams at RATE/s ->
-  every stream open and past a token -> RSS -> a window of W s: server CPU / tokens relayed ->
+  warm-up (50 streams, cut after their first tokens) -> idle RSS -> open N streams at 250/s at
+  most, 64 waiting for their head at most (the ramp follows the server) -> every stream open and
+  past a token -> RSS -> a window of W s: server CPU / tokens relayed ->
   every stream ends (counted: finished normally or not) -> RSS after.
 
 Streams are long enough (tokens x 1.5 s) that none ends before the window does, and none opens
@@ -18,9 +19,9 @@ in it: the window's CPU is relaying alone. The descriptor checks start a gateway
 of 1,024: once with the default connection cap (the streams within it must all finish, those past
 it must get 503 `server_busy`), once with the cap lifted so that descriptors really run out.
 
-    .venv/bin/python bench/streams_bench.py                 # about 6 min
-    .venv/bin/python bench/streams_bench.py --quick         # 200 and 500 streams, about 2 min
-    .venv/bin/python bench/streams_bench.py --streams 1000 --tracemalloc 1000   # where memory goes
+    .venv/bin/python bench/streams_bench.py                 # about 9 min
+    .venv/bin/python bench/streams_bench.py --quick         # 200 and 500 streams, about 3 min
+    .venv/bin/python bench/streams_bench.py --streams 500 --tracemalloc 10   # where memory goes
 """
 
 from __future__ import annotations

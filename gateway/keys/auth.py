@@ -68,9 +68,12 @@ class Authenticator:
         cache_ttl_s: float,
         timeout_s: float,
         credentials: Sequence[Credential] = (BEARER,),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`credentials`: where client routes take a key, every client API's (the app hands
-        them down from gateway.apis); the admin API reads its token with `bearer_token`."""
+        them down from gateway.apis); the admin API reads its token with `bearer_token`.
+        `clock`: what the cache's TTL is measured on (a test's own, to prove the bound)."""
+        self._clock = clock
         self._credentials = tuple(credentials)
         self._store = store
         self._breaker = breaker
@@ -106,7 +109,7 @@ class Authenticator:
     async def _cached(
         self, entry: str, load: Callable[[str], Awaitable[KeyRecord | TeamInfo | None]]
     ) -> KeyRecord | TeamInfo | None:
-        now = time.monotonic()
+        now = self._clock()
         cached = self._cache.get(entry)
         if cached is not None and (cached[1] > now or (self._breaker.open and cached[0] is not None)):
             return cached[0]  # fresh, or stale while Redis is known to be away
@@ -147,7 +150,7 @@ class Authenticator:
             value = await load(entry)
         if len(self._cache) >= _MAX_CACHED:
             self._cache.clear()
-        self._cache[entry] = (value, time.monotonic() + self._ttl)
+        self._cache[entry] = (value, self._clock() + self._ttl)
         return value
 
     def forget(self, entry: str) -> None:

@@ -19,14 +19,15 @@ to run.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from redis.exceptions import NoScriptError
 from redis.typing import EncodableT
 
 from gateway.redis import keys as redis_keys
 from gateway.redis.client import RedisClient
-from gateway.redis.scripts import load_script
+from gateway.redis.scripts import load_script, queue_script
 
 Checkpoint = Callable[[str], Awaitable[None]]
 
@@ -44,6 +45,7 @@ class RecordScripts:
     and reloads one on NOSCRIPT; on a cluster, on the node of the key's slot)."""
 
     def __init__(self, redis: RedisClient) -> None:
+        self._redis = redis
         self._create = load_script(redis, "record_create")
         self._swap = load_script(redis, "record_swap")
         self._mark = load_script(redis, "record_mark")
@@ -83,6 +85,26 @@ class RecordScripts:
         channel = redis_keys.KEY_INVALIDATIONS if publish is not None else ""
         result = await self._mark(keys=[key], args=[field, value, ttl_s, channel, publish or ""])
         return result if isinstance(result, bytes) else None
+
+    async def mark_all(
+        self, keys: Sequence[str], field: str, value: str, *, ttl_s: int, publish: Sequence[str]
+    ) -> None:
+        """`mark` on many hashes (each publishing its message of `publish`) in one pipeline, not a
+        transaction: one round trip (on a cluster, one per node at once), each mark still one
+        key's step. A Redis that lost the script answers NOSCRIPT: it is loaded and the whole
+        batch sent again (a mark keeps the value it finds, so one that landed changes nothing)."""
+        channel = redis_keys.KEY_INVALIDATIONS
+        for attempt in range(2):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key, message in zip(keys, publish, strict=True):
+                    queue_script(pipe, self._mark, [key], [field, value, ttl_s, channel, message])
+                results = await pipe.execute(raise_on_error=False)
+            if attempt or not any(isinstance(result, NoScriptError) for result in results):
+                for result in results:
+                    if isinstance(result, Exception):
+                        raise result
+                return
+            await self._redis.script_load(self._mark.script)
 
     async def move_pointer(self, key: str, old: str, new: str) -> bool:
         return bool(await self._pointer(keys=[key], args=[old, new]))

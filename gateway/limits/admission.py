@@ -71,7 +71,9 @@ class Limit:
     amount: int  # per minute, in flight, or tokens per period
     description: str  # names the limit in a 429, e.g. "team ml tokens per minute"
     counts: TokenCount = TokenCount.TOTAL  # which tokens a TOKENS limit counts
-    period_s: float = 60.0  # BUDGET: seconds until the period ends
+    # BUDGET: seconds until the period ends. An int by default: admit.lua gets it as text, and
+    # an int's is shorter and cheaper to make than a float's repr().
+    period_s: float = 60
     scope: str = "key"  # whose limit: "key" or "team" (`scope` on sluicegate_rate_limited_total)
     name: str = ""  # the LimitSet field it comes from (rpm, tpm, max_concurrency, daily_tokens, ...)
     model: str | None = None  # set for a per-model limit
@@ -290,36 +292,50 @@ def budgets(limits: LimitSet, prefix: str, who: str, rl: str, now: dt.datetime) 
     """The daily and monthly token budgets of a team (`prefix` "") or of a key in it (`key:<id>:`):
     one counter per UTC period, so a new period starts at zero without anyone resetting it. `rl`:
     the team's keys.rate_limits."""
-    out: list[Limit] = []
+    return [at(now) for at in budget_periods(limits, prefix, who, rl, now)]
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetPeriod:
+    """One budget's limit in the period `now` falls in, but for the seconds left: its counter's
+    key and its end are the same all day (`gateway.limits.plans` keeps them per UTC day)."""
+
+    limit: Limit
+    end: dt.datetime
+
+    def __call__(self, now: dt.datetime) -> Limit:
+        limit = self.limit
+        return Limit(
+            _BUDGET,
+            limit.redis_key,
+            limit.amount,
+            limit.description,
+            period_s=(self.end - now).total_seconds(),
+            scope=limit.scope,
+            name=limit.name,
+        )
+
+
+def budget_periods(limits: LimitSet, prefix: str, who: str, rl: str, now: dt.datetime) -> list[BudgetPeriod]:
+    """`budgets()`, each as its period that holds `now`."""
+    out: list[BudgetPeriod] = []
     scope = "key" if prefix else "team"
     if limits.daily_tokens:
         tomorrow = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
-        out.append(
-            Limit(
-                LimitKind.BUDGET,
-                rl + f"{prefix}budget:d:{now.date().isoformat()}",
-                limits.daily_tokens,
-                f"{who} daily tokens",
-                period_s=(tomorrow - now).total_seconds(),
-                scope=scope,
-                name="daily_tokens",
-            )
+        key = rl + f"{prefix}budget:d:{now.date().isoformat()}"
+        daily = Limit(
+            _BUDGET, key, limits.daily_tokens, f"{who} daily tokens", scope=scope, name="daily_tokens"
         )
+        out.append(BudgetPeriod(daily, tomorrow))
     if limits.monthly_tokens:
         first = now.date().replace(day=1)
         next_month = (first + dt.timedelta(days=32)).replace(day=1)
         end = dt.datetime.combine(next_month, dt.time(), dt.UTC)
-        out.append(
-            Limit(
-                LimitKind.BUDGET,
-                rl + f"{prefix}budget:m:{first:%Y-%m}",
-                limits.monthly_tokens,
-                f"{who} monthly tokens",
-                period_s=(end - now).total_seconds(),
-                scope=scope,
-                name="monthly_tokens",
-            )
+        key = rl + f"{prefix}budget:m:{first:%Y-%m}"
+        monthly = Limit(
+            _BUDGET, key, limits.monthly_tokens, f"{who} monthly tokens", scope=scope, name="monthly_tokens"
         )
+        out.append(BudgetPeriod(monthly, end))
     return out
 
 
@@ -405,15 +421,25 @@ class RateLimiter:
         asked = reservation.completion_tokens
         least = asked if least is None else min(least, asked)
         prompt = reservation.prompt_tokens
-        args: list[str | int | float] = [request_id, asked, least, max(1, step)]
-        for limit, costs in zip(limits, script_costs(limits, prompt), strict=True):
-            period: float = self.leases.lease_s if limit.kind is _CONCURRENCY else limit.period_s
-            if period == int(period):
-                # Sent as an int: redis-py writes a float with repr(), by far the dearest of its
-                # encodings, and a minute or a lease is a whole number of seconds (admit.lua
-                # reads every one with tonumber()).
-                period = int(period)
-            args += (limit.kind.script_kind, limit.amount, period, *costs)
+        lease = self.leases.lease_s
+        # One string for every limit, not four arguments each: redis-py and hiredis format each
+        # argument of a command on its own, which for ~50 of them cost more than the rest of the
+        # admission. admit.lua reads the words back with tonumber(); a whole lease goes as an int.
+        slot = f" {int(lease) if lease == int(lease) else lease} 1 "
+        words: list[str] = []
+        for limit in limits:
+            kind = limit.kind
+            if kind is _CONCURRENCY:
+                words.append(f"c {limit.amount}{slot}")
+            elif kind is _REQUESTS:
+                words.append(f"g {limit.amount} {limit.period_s} 1 ")
+            elif kind is _TOKENS:
+                counts = limit.counts
+                cost = "t" if counts is _TOTAL else "i" if counts is _INPUT else "o"
+                words.append(f"g {limit.amount} {limit.period_s} {cost} ")
+            else:  # a budget counts every token
+                words.append(f"b {limit.amount} {limit.period_s} t ")
+        args = (request_id, asked, least, max(1, step), prompt, "".join(words))
         if self._breaker.open:
             # A call moments ago failed: do not wait out another timeout.
             return self._unavailable(reservation)

@@ -82,6 +82,8 @@ class OutputCap:
         if self.per_answer is None or not self.answers:
             return self
         granted = admission.reservation.completion_tokens // self.answers
+        if granted >= self.per_answer:
+            return self  # all it asked (the usual case): no reason to name
         return self.lowered(granted, LimitedBy(admission.limited_by or LimitedBy.TOKENS_PER_MINUTE))
 
     def headers(self) -> dict[str, str]:

@@ -6,8 +6,8 @@ Tracing is on when an OTLP endpoint is set. Which requests it records is a sampl
   (DEFAULT_SAMPLE_RATIO when unset): a request whose client sent a `traceparent` follows the
   client's decision, sampled or not; a request that starts a trace is recorded with that
   probability, decided by its trace id (so every service that samples by ratio agrees on it).
-  Recording every request costs a fifth or more of the gateway's CPU per request
-  (docs/tracing-and-logs.md has the measured numbers); at the default ratio the cost is a few %.
+  Recording every request costs about a fifth of a request's instructions, the default about
+  3-5 % (docs/tracing-and-logs.md has the measured numbers).
 - OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, the standard variables, name any of the SDK's
   built-in samplers instead (`always_on` records everything). Setting it beside
   SLUICEGATE_TRACE_SAMPLE_RATIO stops the start: one of the two would be silently ignored.

@@ -97,11 +97,18 @@ class StreamRelay:
         self._max_event_bytes = max_event_bytes
         self._abort_client = abort_client
 
+    def _sent_headers(self) -> list[tuple[bytes, bytes]]:
+        """Hands the headers over once: a stream can stay open for hours, and its headers need not."""
+        headers, self._headers = self._headers, []
+        return headers
+
     async def run(self, receive: Receive, send: Send, scope: Scope | None = None) -> None:
         """`scope`: the request's, where the server may tell of a lost connection itself."""
         watch = ClientWatch(receive, scope)
         try:
-            await self._write(send, {"type": "http.response.start", "status": 200, "headers": self._headers})
+            await self._write(
+                send, {"type": "http.response.start", "status": 200, "headers": self._sent_headers()}
+            )
             await self._pump(send, watch)
         except ClientStalled:
             self._bill_worker_usage()

@@ -172,6 +172,9 @@ def test_410_gone_forces_a_relist_that_catches_what_happened_in_the_gap(
         server.put(SLICES, endpoint_slice("llm", "llama-b", "llama", [endpoint("10.0.0.2")]))
         async with discovering(server, tmp_path, TABLE) as (_, sink):
             await eventually(lambda: len(sink.endpoints.get(POOL, ())) == 2, "both endpoints")
+            # The list alone is not enough: a watch that opens only after the outage gets its 410
+            # right after that list, a different path (paused, then listed again).
+            await eventually(lambda: server.open_streams == 1, "a watch stream")
             await server.go_down()
             # While the gateway cannot watch: one slice deleted, one changed, history compacted.
             server.delete(SLICES, "llm", "llama-b")

@@ -17,7 +17,7 @@ from gateway.metering.meter import Meter
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
-from gateway.redis.client import RedisClient
+from gateway.redis.client import RedisClient, close_redis
 from tests.redis_cluster import RedisServer, async_client
 
 pytestmark = pytest.mark.also_on_cluster
@@ -34,7 +34,7 @@ def _run(redis_url: str, scenario: Callable[[RateLimiter, RedisClient], Awaitabl
             limiter = RateLimiter(redis, Metrics(), RedisBreaker(1.0), meter, timeout_s=2)
             return await scenario(limiter, redis)
         finally:
-            await redis.aclose()
+            await close_redis(redis)
 
     return asyncio.run(main())
 

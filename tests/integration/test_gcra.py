@@ -16,7 +16,7 @@ from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
-from gateway.redis.client import RedisClient
+from gateway.redis.client import RedisClient, close_redis
 from tests.redis_cluster import RedisServer, async_client
 
 pytestmark = pytest.mark.also_on_cluster
@@ -36,7 +36,7 @@ def _run(redis_url: str, scenario: Callable[[RateLimiter, RedisClient], Awaitabl
                 redis,
             )
         finally:
-            await redis.aclose()
+            await close_redis(redis)
 
     return asyncio.run(main())
 

@@ -19,6 +19,7 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.store import KeyStore, hash_secret
 from gateway.limits.spec import NO_LIMITS, LimitSet
 from gateway.redis import keys as redis_keys
+from gateway.redis.client import close_redis
 from tests.redis_cluster import async_client
 
 # Every test runs on one Redis and on a Redis Cluster (tests/conftest.py).
@@ -33,7 +34,7 @@ def _run(redis_url: str, scenario: Callable[[KeyStore, Redis | RedisCluster], Aw
         try:
             return await scenario(KeyStore(redis), redis)
         finally:
-            await redis.aclose()
+            await close_redis(redis)
 
     return asyncio.run(main())
 

@@ -26,6 +26,7 @@ from gateway.keys.store import KeyRecord, KeyStore, hash_secret
 from gateway.limits.spec import LimitSet
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
+from gateway.redis.client import close_redis
 from tests.redis_cluster import RedisClusterNodes, async_client
 
 pytestmark = pytest.mark.also_on_cluster
@@ -63,7 +64,7 @@ def _run(redis_url: str, scenario: Callable[[Client], Awaitable[T]]) -> T:
         try:
             return await scenario(redis)
         finally:
-            await redis.aclose()
+            await close_redis(redis)
 
     return asyncio.run(main())
 

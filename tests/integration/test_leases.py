@@ -15,7 +15,7 @@ from gateway.metering.meter import Meter
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
-from gateway.redis.client import RedisClient
+from gateway.redis.client import RedisClient, close_redis
 from tests.redis_cluster import RedisServer, async_client
 from tests.waiting import eventually
 
@@ -83,6 +83,6 @@ def test_held_slots_are_renewed_in_one_round_trip_per_tick_and_released_ones_lap
             await eventually(lambda: not limiter.leases.renewing, "the renewing task ends with the last slot")
         finally:
             await limiter.aclose()
-            await redis.aclose()
+            await close_redis(redis)
 
     asyncio.run(main())

@@ -12,6 +12,7 @@ from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.metering.meter import Meter
 from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
+from gateway.redis.client import close_redis
 from tests.redis_cluster import RedisServer, async_client
 
 pytestmark = pytest.mark.also_on_cluster
@@ -46,7 +47,7 @@ def test_a_request_is_recorded_once_and_reported_by_day(redis_server: RedisServe
             one_day = await meter.report(["meter-team"], dt.date(2026, 11, 21), dt.date(2026, 11, 21))
             return written, everything, one_day
         finally:
-            await redis.aclose()
+            await close_redis(redis)
 
     written, everything, one_day = asyncio.run(scenario())
     assert written == [True, False, True, True]
@@ -91,7 +92,7 @@ def test_a_batch_is_one_round_trip_and_survives_a_redis_that_lost_the_script() -
                     rows,
                 )
             finally:
-                await redis.aclose()
+                await close_redis(redis)
 
     script_exists, evalsha_before_flush, loads, rows = asyncio.run(scenario())
     assert script_exists == 0, "a SCRIPT EXISTS round trip was sent before a metering batch"
@@ -125,7 +126,7 @@ def test_what_a_replaced_redis_lost_is_written_again_after_the_failure() -> None
                 return failed, await meter.report(["meter-team"], None, None)
         finally:
             first.stop()
-            await redis.aclose()
+            await close_redis(redis)
 
     failed, rows = asyncio.run(scenario())
     assert not failed

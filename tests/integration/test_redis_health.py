@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from gateway.config import Settings
 from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.observability.metrics import Metrics
-from gateway.redis.client import connect_redis
+from gateway.redis.client import close_redis, connect_redis
 from gateway.redis.health import watch_redis
 from tests.servers import free_port
 
@@ -24,7 +24,7 @@ async def _gauge_after_pings(url: str) -> float:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    await redis.aclose(close_connection_pool=True)
+    await close_redis(redis)
     value = metrics.registry.get_sample_value("sluicegate_redis_up")
     assert value is not None
     return value

@@ -502,13 +502,13 @@ def test_the_default_sampler_follows_a_clients_decision_and_samples_new_traces_b
         # The gateway is stopped: its lifespan flushed every span it recorded.
     recorded = {s.trace_id for s in got.spans if s.kind == SERVER}
     for case, (sent, worker) in answers.items():
-        ratio, flags = case.split()
+        case_ratio, case_flags = case.split()
         _, worker_trace, worker_parent, worker_flags = worker.split("-")
         if sent:
             _, trace_id, span_id, _ = sent.split("-")
             assert worker_trace == trace_id, case
             assert worker_parent != span_id, f"{case}: the worker's parent is the gateway's span"
-        expected = flags == "01" if flags != "None" else ratio == "1.0"
+        expected = case_flags == "01" if case_flags != "None" else case_ratio == "1.0"
         assert (worker_trace in recorded) is expected, case
         assert bool(int(worker_flags, 16) & 1) is expected, case
     assert len(recorded) == 3  # (0, sampled parent), (1, sampled parent), (1, no parent)

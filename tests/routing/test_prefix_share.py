@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.observability.metrics import Metrics
-from gateway.redis.client import RedisClient
+from gateway.redis.client import RedisClient, close_redis
 from gateway.routing.prefix import PrefixIndex, block_hashes
 from gateway.routing.prefix_share import MAX_BACKOFF_S, PrefixShare
 from tests.redis_cluster import RedisServer, async_client
@@ -63,7 +63,7 @@ def test_a_chain_recorded_by_one_replica_is_found_by_the_other(redis_server: Red
             await one.stop()
             await two.stop()
             await redis.delete(key)
-            await redis.aclose()
+            await close_redis(redis)
 
     asyncio.run(run())
 
@@ -85,7 +85,7 @@ def test_redis_down_keeps_the_local_index_and_counts_failures() -> None:
             assert share._pending_blocks == len(BLOCKS)  # kept for when Redis is back, bounded
         finally:
             await share.stop()
-            await redis.aclose()
+            await close_redis(redis)
 
     asyncio.run(run())
 
@@ -124,7 +124,7 @@ def test_hostile_or_malformed_entries_are_skipped_and_the_reader_goes_on(redis_s
             assert holder is known["http://a:1"]
         finally:
             await redis.delete(key)
-            await redis.aclose()
+            await close_redis(redis)
 
     asyncio.run(run())
 
@@ -159,6 +159,6 @@ def test_redis_down_backs_off_and_an_unexpected_error_does_not_end_the_loop() ->
             await share.round()
             assert share.delay() == 0.05  # back to the interval once Redis answers
         finally:
-            await redis.aclose()
+            await close_redis(redis)
 
     asyncio.run(run())

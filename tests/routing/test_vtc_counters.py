@@ -20,7 +20,7 @@ from gateway.limits.spec import NO_LIMITS, LimitSet, parse_limits
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys
 from gateway.redis.breaker import RedisBreaker
-from gateway.redis.client import RedisClient
+from gateway.redis.client import RedisClient, close_redis
 from gateway.routing import vtc
 from gateway.routing.share import ShareTicket, band, weighted_cost
 from gateway.routing.vtc import FairShareStore, PoolShare
@@ -40,7 +40,7 @@ def _run(url: str, scenario: Callable[[FairShareStore, RedisClient, str], Awaita
             fair = FairShareStore(redis, RedisBreaker(1.0), Metrics(), timeout_s=5, **store)
             return await scenario(fair, redis, "p" + secrets.token_hex(4))
         finally:
-            await redis.aclose()
+            await close_redis(redis)
 
     return asyncio.run(main())
 

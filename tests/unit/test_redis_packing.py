@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 
 from gateway.config import Settings
@@ -22,8 +23,9 @@ COMMANDS: list[tuple[Any, ...]] = [
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: str(c[0]))
 def test_hiredis_packing_sends_the_bytes_redis_py_would(command: tuple[Any, ...]) -> None:
-    pool = connect_redis(Settings(redis_url="redis://127.0.0.1:1/0")).connection_pool
-    ours = pool.make_connection()  # type: ignore[no-untyped-call]  # untyped in redis-py
+    client = connect_redis(Settings(redis_url="redis://127.0.0.1:1/0"))
+    assert isinstance(client, Redis)
+    ours = client.connection_pool.make_connection()  # type: ignore[no-untyped-call]  # untyped in redis-py
     assert type(ours).__name__.startswith("Hiredis")
     expected = b"".join(Connection().pack_command(*command))
     assert b"".join(ours.pack_command(*command)) == expected

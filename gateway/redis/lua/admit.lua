@@ -5,11 +5,15 @@
 -- KEYS[i]: the state key of limit i, then last the request's admission marker (it exists while
 -- the charges are unsettled); all share the team's hash tag (Redis Cluster safe).
 -- ARGV[1]: the request id; ARGV[2]: output tokens asked; ARGV[3]: the least output worth
--- admitting; ARGV[4]: the grant is a multiple of this (one cap per answer); then five values
--- per limit: kind, a, b, p (fixed cost), w (1: the output counts too, 0: it does not)
---   "g" GCRA, for requests or tokens: a = rate, b = period (s)
---   "c" concurrency slots:            a = max in flight, b = lease (s)
---   "b" token budget:                 a = quota, b = seconds to period end
+-- admitting; ARGV[4]: the grant is a multiple of this (one cap per answer); ARGV[5]: the prompt's
+-- tokens; ARGV[6]: every limit in one string (a client formats each argument it sends, so four
+-- values per limit cost it far more as arguments than as words), "<kind> <a> <b> <cost> " per
+-- limit, in KEYS' order:
+--   kind "g" GCRA, for requests or tokens: a = rate, b = period (s)
+--   kind "c" concurrency slots:            a = max in flight, b = lease (s)
+--   kind "b" token budget:                 a = quota, b = seconds to period end
+--   cost "1": one per request; "t": the prompt and the output; "i": the prompt alone; "o": the
+--   output alone
 -- Returns {allowed (0/1), index of the first refusing limit (0 if none), output granted,
 --          index of the limit that bounded the grant (0 if none),
 --          then per limit: remaining, reset_after (s, string), retry_after (s, string)}.
@@ -17,15 +21,33 @@ local time = redis.call("TIME")
 -- Seconds since 2017 keep a double precise to the microsecond.
 local now = (tonumber(time[1]) - 1483228800) + tonumber(time[2]) / 1000000
 local asked, least, step = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local prompt = tonumber(ARGV[5])
 local limits = #KEYS - 1
+-- Per limit: its kind, a, b, fixed cost p and w (1: the output counts too, 0: it does not).
+local kinds, as, bs, ps, ws = {}, {}, {}, {}, {}
+local n = 0
+for kind, a, b, cost in string.gmatch(ARGV[6], "(%a) (%S+) (%S+) (%w) ") do
+  n = n + 1
+  kinds[n], as[n], bs[n] = kind, tonumber(a), tonumber(b)
+  if cost == "1" then
+    ps[n], ws[n] = 1, 0
+  elseif cost == "t" then
+    ps[n], ws[n] = prompt, 1
+  elseif cost == "i" then
+    ps[n], ws[n] = prompt, 0
+  else
+    ps[n], ws[n] = 0, 1
+  end
+end
+if n ~= limits then
+  return redis.error_reply("admit.lua: " .. n .. " limits described for " .. limits .. " keys")
+end
 local room, tats, used = {}, {}, {}
 local denied, granted, bounded = 0, asked, 0
 -- What each limit can take now; the first that cannot take the prompt and the least output
 -- refuses. The epsilons absorb float error: 59.4 / 0.6 must count as 99, not 98.99999.
 for i = 1, limits do
-  local base = 4 + (i - 1) * 5
-  local kind, a, b = ARGV[base + 1], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
-  local p, w = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
+  local kind, a, b, p, w = kinds[i], as[i], bs[i], ps[i], ws[i]
   if kind == "g" then
     local tat = tonumber(redis.call("GET", KEYS[i]) or now)
     if tat < now then tat = now end
@@ -49,9 +71,8 @@ granted = denied == 0 and granted - granted % step or 0
 local out = {denied == 0 and 1 or 0, denied, granted, granted < asked and bounded or 0}
 local lease = 0
 for i = 1, limits do
-  local base = 4 + (i - 1) * 5
-  local kind, a, b = ARGV[base + 1], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
-  local cost = tonumber(ARGV[base + 4]) + tonumber(ARGV[base + 5]) * (denied == 0 and granted or least)
+  local kind, a, b = kinds[i], as[i], bs[i]
+  local cost = ps[i] + ws[i] * (denied == 0 and granted or least)
   local remaining, reset_after, retry_after
   if kind == "g" then
     local emission = b / a

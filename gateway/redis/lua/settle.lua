@@ -6,7 +6,8 @@
 -- KEYS[6..]: limit state keys to settle. All share the team's hash tag (Redis Cluster safe).
 -- ARGV[1..9]: marker_ttl, usage_ttl, day, field prefix "key_id|model|api" ("key_id|model" from a
 -- record spooled before usage had the api), prompt, completion, error,
--- disconnect, void; then two values per limit key: kind, a
+-- disconnect, void; ARGV[10]: "<kind> <a> " per limit key, in KEYS' order, in one string (a client
+-- formats each argument it sends on its own: two per limit cost it more as arguments than as words)
 -- void = "1": an admission whose reply was lost (the client was refused): give back what it
 -- charged, only if admit.lua did charge it (its marker exists, holding the output it granted),
 -- and meter nothing.
@@ -16,6 +17,14 @@
 -- In a void, tokens to give back may end in ":1": plus the output the marker says was granted.
 local time = redis.call("TIME")
 local now = (tonumber(time[1]) - 1483228800) + tonumber(time[2]) / 1000000
+local kinds, values, listed = {}, {}, 5
+for kind, a in string.gmatch(ARGV[10], "(%a) (%S+) ") do
+  listed = listed + 1
+  kinds[listed], values[listed] = kind, a
+end
+if listed ~= #KEYS then
+  return redis.error_reply("settle.lua: " .. (listed - 5) .. " settlements described for " .. (#KEYS - 5) .. " keys")
+end
 local granted = 0
 local function tokens(text)
   local n, plus = string.match(text, "^([^:]+):?(.*)$")
@@ -46,8 +55,7 @@ else
 end
 
 for i = 6, #KEYS do
-  local base = 9 + (i - 6) * 2
-  local kind, a = ARGV[base + 1], ARGV[base + 2]
+  local kind, a = kinds[i], values[i]
   if kind == "g" then
     local sep = string.find(a, ":", 1, true)
     local emission, give_back = tonumber(string.sub(a, 1, sep - 1)), tokens(string.sub(a, sep + 1))
