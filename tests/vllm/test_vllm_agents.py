@@ -125,6 +125,21 @@ def _vllm_idle(vllm_url: str) -> None:
     wait_until(idle, 120, "vLLM idle")
 
 
+def _pools_healthy(gateway_url: str) -> None:
+    """Until the gateway counts vLLM healthy in every pool again: on a busy CPU, the previous
+    test's long prefill can outlast a health probe, and the endpoint is then out until the next
+    probe passes (a 503 `no_healthy_upstream` to whichever agent asks first)."""
+
+    def healthy() -> bool:
+        with urllib.request.urlopen(f"{gateway_url}/metrics", timeout=10) as resp:  # noqa: S310
+            text = resp.read().decode()
+        counts = re.findall(r'^sluicegate_pool_healthy_endpoints\{pool="([^"]+)"\} ([0-9.e+]+)$', text, re.M)
+        seen = {pool: float(value) for pool, value in counts}
+        return all(seen.get(pool, 0) >= 1 for pool in (*POOLS.values(), *CAPPED.values()))
+
+    wait_until(healthy, 120, "every pool healthy")
+
+
 def _metered(gw: Gateway, team: str) -> tuple[int, int]:
     rows = gw.usage(team)
     return sum(r["prompt_tokens"] for r in rows), sum(r["completion_tokens"] for r in rows)
@@ -192,6 +207,7 @@ def test_an_agent_turn_through_real_vllm(stack: Stack, scratch: Path, name: str,
     agent = agents.make_agent(name, Target(stack.gateway.url, key, POOLS[pool]), scratch, "api_key")
     since = len(stack.tap.exchanges)
     _vllm_idle(stack.vllm_url)
+    _pools_healthy(stack.gateway.url)
     counted_before = _vllm_counted(stack.vllm_url)
 
     result = agent.run("Say hi.", timeout_s=TURN_TIMEOUT_S)
@@ -235,6 +251,7 @@ def test_a_captured_agent_body_is_served_by_real_vllm(stack: Stack, golden: Path
     if captured["path"] == "/v1/messages":
         headers["anthropic-version"] = "2023-06-01"
     _vllm_idle(stack.vllm_url)
+    _pools_healthy(stack.gateway.url)
     counted_before, since = _vllm_counted(stack.vllm_url), len(stack.tap.exchanges)
     status, headers_of, text = _post(stack.gateway.url + captured["path"], body, headers)
     assert status == 200, text[:2000]
