@@ -9,6 +9,7 @@ see tests/conftest.py).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import shutil
@@ -16,8 +17,8 @@ import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -26,7 +27,7 @@ from redis.crc import key_slot
 
 from gateway.config import Settings
 from gateway.dev.embedded_redis import EmbeddedRedis
-from gateway.redis.client import RedisClient, connect_redis
+from gateway.redis.client import RedisClient, close_redis, connect_redis
 from gateway.redis.url import CLUSTER_SCHEMES, parse_cluster_url
 from tests.waiting import wait_until
 
@@ -286,6 +287,22 @@ def async_client(url: str) -> RedisClient:
     if not _is_cluster_url(url):
         return redis.asyncio.Redis.from_url(url)
     return connect_redis(Settings(redis_url=url))
+
+
+T = TypeVar("T")
+
+
+def run_with_client(url: str, scenario: Callable[[RedisClient], Awaitable[T]]) -> T:
+    """Runs `scenario` on a fresh event loop with a client of `url`, closed after it whatever happens."""
+
+    async def main() -> T:
+        client = async_client(url)
+        try:
+            return await scenario(client)
+        finally:
+            await close_redis(client)
+
+    return asyncio.run(main())
 
 
 def sync_client(url: str) -> redis.Redis | redis.RedisCluster:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import pytest
@@ -22,8 +21,8 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.auth import Authenticator
 from gateway.keys.store import KeyStore
 from gateway.redis.breaker import RedisBreaker
-from gateway.redis.client import RedisClient, close_redis
-from tests.redis_cluster import RedisServer, async_client
+from gateway.redis.client import RedisClient
+from tests.redis_cluster import RedisServer, run_with_client
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.also_on_cluster
@@ -38,17 +37,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def _run(redis_url: str, scenario: Callable[[RedisClient], Awaitable[T]]) -> T:
-    async def main() -> T:
-        redis = async_client(redis_url)
-        try:
-            return await scenario(redis)
-        finally:
-            await close_redis(redis)
-
-    return asyncio.run(main())
 
 
 async def _works(auth: Authenticator, secret: str) -> bool:
@@ -85,7 +73,7 @@ def test_while_the_feed_is_down_a_revoked_key_works_until_the_ttl_and_not_after(
         clock.now += 0.002
         assert not await _works(auth, secret), "a revoked key must not outlive the cache TTL"
 
-    _run(redis_server.url, scenario)
+    run_with_client(redis_server.url, scenario)
 
 
 def test_with_the_feed_up_a_revocation_drops_the_cached_key_with_the_clock_stopped(
@@ -115,7 +103,7 @@ def test_with_the_feed_up_a_revocation_drops_the_cached_key_with_the_clock_stopp
             with contextlib.suppress(asyncio.CancelledError):
                 await feed
 
-    _run(redis_server.url, scenario)
+    run_with_client(redis_server.url, scenario)
 
 
 def _subscribed(auth: Authenticator) -> bool:

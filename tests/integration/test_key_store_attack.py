@@ -9,7 +9,6 @@ helpers are repeated here so neither module imports the other's privates.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -26,8 +25,7 @@ from gateway.keys.store import KeyRecord, KeyStore, hash_secret
 from gateway.limits.spec import LimitSet
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
-from gateway.redis.client import close_redis
-from tests.redis_cluster import RedisClusterNodes, async_client
+from tests.redis_cluster import RedisClusterNodes, run_with_client
 
 pytestmark = pytest.mark.also_on_cluster
 
@@ -56,17 +54,6 @@ class Journal:
 
     async def write(self, action: str, *, team: str, key_id: str | None = None, **change: Any) -> None:
         return None
-
-
-def _run(redis_url: str, scenario: Callable[[Client], Awaitable[T]]) -> T:
-    async def main() -> T:
-        redis = async_client(redis_url)
-        try:
-            return await scenario(redis)
-        finally:
-            await close_redis(redis)
-
-    return asyncio.run(main())
 
 
 def _name() -> str:
@@ -128,7 +115,7 @@ def test_a_key_from_before_team_ids_rotated_during_its_teams_deletion_dies_with_
             handed_out += len(rotated)
         return handed_out
 
-    assert _run(redis_server.url, scenario) > 0  # the race was met
+    assert run_with_client(redis_server.url, scenario) > 0  # the race was met
 
 
 def test_a_rotation_gives_a_key_from_before_team_ids_its_teams_id(redis_server: RedisServer) -> None:
@@ -142,7 +129,7 @@ def test_a_rotation_gives_a_key_from_before_team_ids_its_teams_id(redis_server: 
         record, info = await store.lookup(hash_secret(new)), await store.team_info(team)
         return record.team_id if record else None, info.id if info else None
 
-    team_id, expected = _run(redis_server.url, scenario)
+    team_id, expected = run_with_client(redis_server.url, scenario)
     assert team_id is not None
     assert team_id == expected
 
@@ -180,7 +167,7 @@ def test_a_key_of_a_team_made_again_during_the_old_ones_deletion_is_listed_and_d
             made_again += len(made)
         return made_again
 
-    assert _run(redis_server.url, scenario) > 0
+    assert run_with_client(redis_server.url, scenario) > 0
 
 
 def test_a_key_rotated_during_its_teams_deletion_leaves_no_record_that_lives_forever(
@@ -201,7 +188,7 @@ def test_a_key_rotated_during_its_teams_deletion_leaves_no_record_that_lives_for
         await KeyStore(redis, checkpoint=RunAt(0, rotate)).delete_team(team, journal=None)
         return [await redis.ttl(redis_keys.key_by_hash(hash_secret(s))) for s in rotated]
 
-    ttls = _run(redis_server.url, scenario)
+    ttls = run_with_client(redis_server.url, scenario)
     assert ttls
     assert all(ttl > 0 for ttl in ttls)
 
@@ -225,7 +212,7 @@ def test_a_key_made_during_its_teams_deletion_leaves_no_record_that_lives_foreve
         stored = redis_keys.key_by_hash(hash_secret(secret))
         return await redis.ttl(stored), await redis.ttl(redis_keys.key_hash_by_id(key.id))
 
-    record_ttl, pointer_ttl = _run(redis_server.url, scenario)
+    record_ttl, pointer_ttl = run_with_client(redis_server.url, scenario)
     assert record_ttl > 0
     assert pointer_ttl > 0
 
@@ -249,7 +236,7 @@ def test_a_secret_on_a_long_grace_stays_revocable_after_a_rotation_with_a_short_
             await redis.ttl(redis_keys.key_by_hash(hash_secret(first))),
         )
 
-    retired_ttl, first_ttl = _run(redis_server.url, scenario)
+    retired_ttl, first_ttl = run_with_client(redis_server.url, scenario)
     assert first_ttl > 90 * 86400
     assert retired_ttl >= first_ttl
 
@@ -271,7 +258,7 @@ def test_a_key_rotated_often_keeps_no_retired_secret_whose_record_has_gone(redis
         retired = {redis_keys.as_text(h) for h in await redis.smembers(redis_keys.retired_key_hashes(key.id))}
         return retired, {hash_secret(third)}
 
-    retired, alive = _run(redis_server.url, scenario)
+    retired, alive = run_with_client(redis_server.url, scenario)
     assert retired == alive
 
 
@@ -297,6 +284,6 @@ def test_a_rotation_that_loses_every_try_to_updates_says_busy_not_that_the_key_i
         _, code = await _outcome(rotating.rotate(key.id, 60))
         return code, (await store.key(key.id)).limits == LimitSet(rpm=updates)
 
-    code, kept = _run(redis_server.url, scenario)
+    code, kept = run_with_client(redis_server.url, scenario)
     assert code == ErrorCode.SERVER_BUSY
     assert kept

@@ -9,7 +9,6 @@ the job. Whether a key authenticates is asked of the gateway's own Authenticator
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import secrets
 import time
@@ -29,8 +28,7 @@ from gateway.keys.store import KeyStore, hash_secret
 from gateway.limits.spec import LimitSet
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
-from gateway.redis.client import close_redis
-from tests.redis_cluster import RedisClusterNodes, async_client
+from tests.redis_cluster import RedisClusterNodes, run_with_client
 
 pytestmark = pytest.mark.also_on_cluster
 
@@ -76,17 +74,6 @@ class Journal:
 
     async def write(self, action: str, *, team: str, key_id: str | None = None, **change: Any) -> None:
         return None
-
-
-def _run(redis_url: str, scenario: Callable[[Client], Awaitable[T]]) -> T:
-    async def main() -> T:
-        redis = async_client(redis_url)
-        try:
-            return await scenario(redis)
-        finally:
-            await close_redis(redis)
-
-    return asyncio.run(main())
 
 
 def _name() -> str:
@@ -146,7 +133,7 @@ def test_a_key_creation_stopped_at_any_step_hands_out_nothing_and_leaves_nothing
             assert await _authenticates(store, secret)
         return steps
 
-    steps = _run(redis_server.url, scenario)
+    steps = run_with_client(redis_server.url, scenario)
     assert steps == [
         "key.create",
         "key.point",
@@ -173,7 +160,7 @@ def test_a_key_creation_that_a_wrong_typed_key_fails_leaves_nothing_to_use(redis
             await redis.delete(redis_keys.team_keys(team))  # other tests list every team
         return await _records_of(redis, b"team", team)
 
-    records = _run(redis_server.url, scenario)
+    records = run_with_client(redis_server.url, scenario)
     assert len(records) == 1
     assert records[0][1] > 0
 
@@ -202,7 +189,7 @@ def test_a_rotation_stopped_at_any_step_keeps_every_secret_revocable(redis_serve
             assert not await _authenticates(store, new)
         return steps
 
-    steps = _run(redis_server.url, scenario)
+    steps = run_with_client(redis_server.url, scenario)
     assert steps == [
         "rotate.create",
         "rotate.retire",
@@ -233,7 +220,7 @@ def test_a_rotation_that_a_wrong_typed_key_fails_leaves_the_old_secret_as_it_was
         unfinished = [r for r in await _records_of(redis, b"id", key.id) if r[1] > 0]
         return await _authenticates(store, old), (await store.lookup(hash_secret(old))), unfinished
 
-    works, record, unfinished = _run(redis_server.url, scenario)
+    works, record, unfinished = run_with_client(redis_server.url, scenario)
     assert works
     assert record.expires_at is None  # no grace started
     assert len(unfinished) == 1  # the new secret's record, going by itself
@@ -266,7 +253,7 @@ def test_a_revocation_stopped_at_any_step_refuses_what_it_reached_and_a_retry_re
             assert not any([await _authenticates(store, s) for s in held])
         return steps
 
-    steps = _run(redis_server.url, scenario)
+    steps = run_with_client(redis_server.url, scenario)
     assert steps == ["revoke.mark"] * 3 + ["revoke.journal"]
 
 
@@ -286,7 +273,7 @@ def test_a_team_creation_stopped_at_any_step_is_listed_exactly_when_it_exists(
             assert name in await store.list_teams()
         return steps
 
-    steps = _run(redis_server.url, scenario)
+    steps = run_with_client(redis_server.url, scenario)
     assert steps == ["team.list", "team.create", "team.relist", "team.journal"]
 
 
@@ -320,7 +307,7 @@ def test_a_team_deletion_stopped_at_any_step_is_finished_by_deleting_again(redis
             assert not any([await _authenticates(store, s) for s in held])
         return steps
 
-    steps = _run(redis_server.url, scenario)
+    steps = run_with_client(redis_server.url, scenario)
     # One pipeline marks all three secrets (gateway/keys/deletion.py: up to BATCH per step).
     assert steps == [
         "team_delete.revoke",
@@ -352,7 +339,7 @@ def test_a_revocation_during_any_step_of_a_rotation_leaves_no_secret_alive(redis
 
     # Most interleavings refuse the rotation; one (the revocation after the pointer moved and
     # was checked) returns a new secret, already revoked: both kinds were met.
-    assert 0 < _run(redis_server.url, scenario) < 8
+    assert 0 < run_with_client(redis_server.url, scenario) < 8
 
 
 async def _revoked(store: KeyStore, key_id: str) -> None:
@@ -376,7 +363,7 @@ def test_a_team_deletion_during_any_step_of_a_key_creation_leaves_no_key_alive(
             assert not await _authenticates(store, created[1]), at
             assert await store.list_keys(team) == []
 
-    _run(redis_server.url, scenario)
+    run_with_client(redis_server.url, scenario)
 
 
 async def _deleted(store: KeyStore, team: str) -> None:
@@ -403,7 +390,7 @@ def test_a_team_made_again_during_any_step_of_its_deletion_stays_listed(redis_se
             made += len(created)
         return made
 
-    assert _run(redis_server.url, scenario) > 0
+    assert run_with_client(redis_server.url, scenario) > 0
 
 
 def test_two_team_updates_at_once_lose_neither(redis_server: RedisServer) -> None:
@@ -420,7 +407,7 @@ def test_two_team_updates_at_once_lose_neither(redis_server: RedisServer) -> Non
         await KeyStore(redis, checkpoint=RunAt(0, other)).update_team(team, LimitSet(rpm=2), set())
         return (await store.team(team))["limits"]
 
-    assert _run(redis_server.url, scenario) == {"rpm": 2, "tpm": 7}
+    assert run_with_client(redis_server.url, scenario) == {"rpm": 2, "tpm": 7}
 
 
 def test_a_key_made_during_any_step_of_its_teams_deletion_dies_with_the_team(
@@ -448,7 +435,7 @@ def test_a_key_made_during_any_step_of_its_teams_deletion_dies_with_the_team(
             handed_out += len(made)
         return handed_out
 
-    assert _run(redis_server.url, scenario) > 0
+    assert run_with_client(redis_server.url, scenario) > 0
 
 
 def test_a_revocation_that_a_wrong_typed_key_fails_has_refused_the_current_secret(
@@ -468,7 +455,7 @@ def test_a_revocation_that_a_wrong_typed_key_fails_has_refused_the_current_secre
             await redis.delete(redis_keys.retired_key_hashes(key.id))
         return await _authenticates(store, secret)
 
-    assert not _run(redis_server.url, scenario)
+    assert not run_with_client(redis_server.url, scenario)
 
 
 def test_an_update_during_any_step_of_a_rotation_lands_on_the_new_secret_or_is_refused(
@@ -493,5 +480,5 @@ def test_an_update_during_any_step_of_a_rotation_lands_on_the_new_secret_or_is_r
             assert current.limits == (LimitSet(rpm=1, tpm=9) if outcomes[-1] is None else LimitSet(rpm=1)), at
         return outcomes
 
-    outcomes = _run(redis_server.url, scenario)
+    outcomes = run_with_client(redis_server.url, scenario)
     assert set(outcomes) == {None, ErrorCode.SERVER_BUSY}
