@@ -50,6 +50,10 @@ def test_concurrent_admissions_never_exceed_the_limit(redis_server: RedisServer)
     limit = Limit(LimitKind.REQUESTS, redis_keys.rate_limit(team, "key:k1:rpm"), 10, "k1")
 
     async def scenario(limiter: RateLimiter, redis: RedisClient) -> list[bool]:
+        # The client's first call, alone: on a cluster, 50 first calls at once each start reading the
+        # slot map, and a read that replaces the node connections can cut another call's socket (a
+        # cold-client burst, noted in issue 25's note; this test is about the limit, not about that).
+        await redis.exists(limit.key)
         results = await asyncio.gather(*(limiter.admit(team, [limit], f"r{i}", ONE) for i in range(50)))
         return [r.allowed for r in results]
 
