@@ -53,7 +53,7 @@ def test_concurrent_admissions_never_exceed_the_limit(redis_server: RedisServer)
         # The client's first call, alone: on a cluster, 50 first calls at once each start reading the
         # slot map, and a read that replaces the node connections can cut another call's socket (a
         # cold-client burst, noted in issue 25's note; this test is about the limit, not about that).
-        await redis.exists(limit.key)
+        await redis.exists(limit.redis_key)
         results = await asyncio.gather(*(limiter.admit(team, [limit], f"r{i}", ONE) for i in range(50)))
         return [r.allowed for r in results]
 
