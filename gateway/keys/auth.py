@@ -113,27 +113,36 @@ class Authenticator:
         cached = self._cache.get(entry)
         if cached is not None and (cached[1] > now or (self._breaker.open and cached[0] is not None)):
             return cached[0]  # fresh, or stale while Redis is known to be away
+        probe = False
         if self._breaker.open:
-            raise GatewayError(
-                ErrorCode.REDIS_UNAVAILABLE, "The key store is unavailable; try again shortly."
-            )
+            # An entry never seen here may probe (gateway/redis/breaker.py); anything else waits.
+            probe = cached is None and self._breaker.probe()
+            if not probe:
+                raise GatewayError(
+                    ErrorCode.REDIS_UNAVAILABLE, "The key store is unavailable; try again shortly."
+                )
         # One lookup per entry at a time: when a popular key's entry expires under load, every
         # request that finds it stale waits on the same Redis call instead of making its own.
         pending = self._loading.get(entry)
         if pending is None:
             pending = self._loading[entry] = asyncio.ensure_future(self._load(entry, load))
             pending.add_done_callback(self._loaded)
+        answered = False
         try:
             async with asyncio.timeout(self._timeout_s):
                 value = await asyncio.shield(pending)
-        except (RedisError, TimeoutError):
-            self._breaker.trip()
+            answered = True
+        except (RedisError, TimeoutError) as exc:
+            self._breaker.trip("key lookup", exc)
             if cached is not None and cached[0] is not None:
                 # What this replica saw moments ago keeps working through a Redis blip.
                 return cached[0]
             raise GatewayError(
                 ErrorCode.REDIS_UNAVAILABLE, "The key store is unavailable; try again shortly."
             ) from None
+        finally:
+            if probe:
+                self._breaker.probed(answered)
         return value
 
     def _loaded(self, done: asyncio.Future[KeyRecord | TeamInfo | None]) -> None:

@@ -452,8 +452,8 @@ class RateLimiter:
                     ],
                     args=args,
                 )
-        except (RedisError, TimeoutError):
-            self._breaker.trip()
+        except (RedisError, TimeoutError) as exc:
+            self._breaker.trip("admission", exc)
             self._void(team, limits, request_id, prompt)
             return self._unavailable(reservation)
         except asyncio.CancelledError:

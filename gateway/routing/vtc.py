@@ -93,8 +93,8 @@ class FairShareStore:
         try:
             async with asyncio.timeout(self.timeout_s):
                 reply: list[Any] = await self._script(keys=list(keys.fair_share(pool)), args=args)
-        except (RedisError, OSError, TimeoutError):
-            self._breaker.trip()
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._breaker.trip("fair share", exc)
             raise
         return reply
 
