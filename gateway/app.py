@@ -57,7 +57,7 @@ from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.request_limits import RequestLimits
 from gateway.proxy.upstream import Upstream, new_session
 from gateway.redis.breaker import RedisBreaker
-from gateway.redis.client import close_redis, connect_redis
+from gateway.redis.client import close_redis, connect_redis, learn_topology
 from gateway.redis.health import watch_redis
 from gateway.routing.monitor import Monitor
 from gateway.routing.prefix_share import PrefixShare
@@ -145,6 +145,7 @@ def create_app(
             else Tracing(settings.tracing, version=__version__, operations=operations)
         )
         redis = connect_redis(settings)
+        await learn_topology(redis, settings.redis_timeout_s)
         session = new_session()
         keystore = KeyStore(redis)
         stored = StoredResponses(
@@ -195,6 +196,7 @@ def create_app(
         # Token fair share: every replica charges and reads the same counters (routing/vtc.py),
         # over connections of its own, so its batches never hold one the request path waits for.
         share_redis = connect_redis(settings)
+        await learn_topology(share_redis, settings.redis_timeout_s)
         router.attach_fair_share(
             FairShareStore(share_redis, breaker, metrics, timeout_s=settings.redis_timeout_s)
         )

@@ -13,6 +13,8 @@ single Redis. Every multi-key call stays inside one hash slot (gateway/redis/key
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
@@ -25,7 +27,7 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException
+from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.config import Settings
 from gateway.redis.url import (
@@ -50,8 +52,24 @@ class ClusterUnavailableError(RedisConnectionError):
     message is the original's class name only (its text may quote a command's arguments)."""
 
 
+log = logging.getLogger("sluicegate.redis")
+
+
 def is_cluster(redis: RedisClient) -> bool:
     return isinstance(redis, RedisCluster)
+
+
+async def learn_topology(redis: RedisClient, timeout_s: float) -> None:
+    """A cluster client reads the slot map on its first call; the first burst of requests would
+    each race to read it, and under load one of them could cut another's socket. Reading it once
+    before the gateway serves avoids that. Unreachable now is not fatal: the first call reads it."""
+    if not isinstance(redis, RedisCluster):
+        return
+    try:
+        async with asyncio.timeout(timeout_s):
+            await redis.initialize()
+    except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+        log.warning("redis cluster topology not read at startup (%s): read on first use", type(exc).__name__)
 
 
 async def close_redis(redis: RedisClient) -> None:

@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import warnings
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import Connection
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.config import Settings
 from gateway.errors import ConfigError
-from gateway.redis.client import ClusterUnavailableError, close_redis, connect_redis, is_cluster
+from gateway.redis.client import (
+    ClusterUnavailableError,
+    close_redis,
+    connect_redis,
+    is_cluster,
+    learn_topology,
+)
 from gateway.redis.url import ClusterURL, parse_cluster_url, validate_redis_url
 from tests.redis_cluster import RedisClusterNodes
 from tests.servers import free_port
@@ -154,3 +161,47 @@ def test_closing_after_a_node_died_leaves_no_socket_open(own_redis_cluster: Redi
         gc.collect()  # the client is garbage now: an unclosed socket of it warns here
     assert failed
     assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+@pytest.mark.cluster
+def test_the_slot_map_is_read_before_the_first_call(redis_cluster: RedisClusterNodes) -> None:
+    """The gateway's lifespan reads it once (learn_topology): a first burst of requests then finds
+    it read instead of racing to read it, each on sockets the others may cut."""
+
+    async def main() -> tuple[bool, bool]:
+        redis = connect_redis(Settings(redis_url=redis_cluster.url))
+        assert isinstance(redis, RedisCluster)
+        try:
+            before = _knows_slots(redis)
+            await learn_topology(redis, timeout_s=10.0)
+            return before, _knows_slots(redis)
+        finally:
+            await close_redis(redis)
+
+    assert asyncio.run(main()) == (False, True)
+
+
+def _knows_slots(redis: RedisCluster) -> bool:
+    try:
+        return redis.get_node_from_key("sg:{t:ml}:x") is not None
+    except (RedisError, RedisClusterException):
+        return False
+
+
+def test_an_unreachable_cluster_at_startup_is_logged_and_read_on_first_use(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    dead = free_port()
+
+    async def main() -> None:
+        redis = connect_redis(Settings(redis_url=f"redis+cluster://127.0.0.1:{dead}/", redis_timeout_s=0.5))
+        try:
+            await learn_topology(redis, timeout_s=0.5)
+            with pytest.raises(RedisError):
+                await redis.get("sg:{t:a}:x")  # still tried, and still a RedisError
+        finally:
+            await close_redis(redis)
+
+    with caplog.at_level(logging.WARNING, "sluicegate.redis"):
+        asyncio.run(main())
+    assert any("topology not read at startup" in r.getMessage() for r in caplog.records)
