@@ -123,10 +123,14 @@ class Stack:
 
 @contextlib.contextmanager
 def tapped_gateway(
-    redis_url: str, table: ModelTable, session_log: SessionLog
+    redis_url: str,
+    table: ModelTable,
+    session_log: SessionLog,
+    *,
+    redis_timeout_s: float = Settings.redis_timeout_s,
 ) -> Iterator[tuple[Gateway, Tap]]:
     """A real gateway serving `table`, behind a tap that sees what each agent received
-    (also used by tests/vllm, in front of a real vLLM)."""
+    (also used by tests/vllm, in front of a real vLLM, with its own `redis_timeout_s`)."""
     admin_token = "adm-" + secrets.token_urlsafe(32)
     sock = listening_socket()
     settings = Settings(
@@ -135,6 +139,7 @@ def tapped_gateway(
         host="127.0.0.1",
         port=sock.getsockname()[1],
         spool_path=os.path.join(tempfile.gettempdir(), f"sluicegate-agents-{secrets.token_hex(6)}.spool"),
+        redis_timeout_s=redis_timeout_s,
     )
     gateway_tap = Tap(create_app(settings, table))
     with run_uvicorn(gateway_tap, sock=sock, settings=settings) as url:

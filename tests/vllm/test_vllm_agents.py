@@ -54,6 +54,7 @@ GOLDEN = sorted(
 AGENT_PATHS = ("/v1/messages", "/v1/responses")
 # Agents take minutes to give up on a gateway that fails them; a turn here takes seconds.
 TURN_TIMEOUT_S = 240.0
+REDIS_TIMEOUT_S = 10.0
 
 pytestmark = pytest.mark.skipif(
     not agents.installed(), reason="agents not installed: run tools/agents/install.sh"
@@ -89,7 +90,10 @@ def stack(redis_server: EmbeddedRedis, session_log: SessionLog, vllm_url: str) -
             ),
         )
     )
-    with tapped_gateway(redis_server.url, table, session_log) as (gw, tap):
+    # Sized like the worker timeouts above: this gateway shares two cores with a CPU vLLM running
+    # 22k-token prefills, where one Redis reply past the default 2 s would open the breaker (what it
+    # does then is tests/integration/test_breaker_probe.py's subject, not this suite's).
+    with tapped_gateway(redis_server.url, table, session_log, redis_timeout_s=REDIS_TIMEOUT_S) as (gw, tap):
         yield Stack(gw, tap, vllm_url)
 
 
