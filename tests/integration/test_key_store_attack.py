@@ -3,28 +3,25 @@ fully at each step of another, on one Redis and on a Redis Cluster, asserting wh
 admin can see: no secret of a deleted team that authenticates under a team re-created with its
 name, no key of a living team missing from its listing, nothing left behind that lives forever.
 
-A companion of tests/integration/test_key_store_steps.py (its checkpoint seam, its outlook); the
-helpers are repeated here so neither module imports the other's privates.
+A companion of tests/integration/test_key_store_steps.py (its checkpoint seam, its outlook; the
+helpers both use are in tests/integration/key_store_checkpoints.py).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from starlette.datastructures import Headers
 
 from gateway.dev.embedded_redis import EmbeddedRedis
-from gateway.errors import ErrorCode, GatewayError
-from gateway.keys.auth import Authenticator
+from gateway.errors import ErrorCode
 from gateway.keys.store import KeyRecord, KeyStore, hash_secret
 from gateway.limits.spec import LimitSet
 from gateway.redis import keys as redis_keys
-from gateway.redis.breaker import RedisBreaker
+from tests.integration.key_store_checkpoints import Journal, RunAt, authenticates, outcome
 from tests.redis_cluster import RedisClusterNodes, run_with_client
 
 pytestmark = pytest.mark.also_on_cluster
@@ -34,44 +31,8 @@ Client = Redis | RedisCluster
 RedisServer = EmbeddedRedis | RedisClusterNodes
 
 
-class RunAt:
-    """A checkpoint that runs `other` once, before the write's step number `at`, and counts the
-    steps (so a test knows it reached every one)."""
-
-    def __init__(self, at: int, other: Callable[[], Awaitable[None]]) -> None:
-        self.at = at
-        self.count = 0
-        self._other = other
-
-    async def __call__(self, step: str) -> None:
-        if self.count == self.at:
-            await self._other()
-        self.count += 1
-
-
-class Journal:
-    """Takes every entry (so the writes run their journal step)."""
-
-    async def write(self, action: str, *, team: str, key_id: str | None = None, **change: Any) -> None:
-        return None
-
-
 def _name() -> str:
     return "a" + secrets.token_hex(4)
-
-
-async def _outcome(call: Awaitable[T]) -> tuple[T | None, ErrorCode | None]:
-    try:
-        return await call, None
-    except GatewayError as exc:
-        return None, exc.code
-
-
-async def _authenticates(store: KeyStore, secret: str) -> bool:
-    auth = Authenticator(store, RedisBreaker(0.0), cache_ttl_s=0.0, timeout_s=5.0)
-    principal, code = await _outcome(auth.authenticate(Headers({"authorization": f"Bearer {secret}"})))
-    assert code in (None, ErrorCode.INVALID_API_KEY)
-    return principal is not None
 
 
 async def _legacy_key(redis: Client, store: KeyStore, team: str) -> tuple[KeyRecord, str]:
@@ -102,7 +63,7 @@ def test_a_key_from_before_team_ids_rotated_during_its_teams_deletion_dies_with_
             rotated: list[str] = []
 
             async def rotate(key_id: str = key.id, rotated: list[str] = rotated) -> None:
-                done, code = await _outcome(store.rotate(key_id, 3600, journal=Journal()))
+                done, code = await outcome(store.rotate(key_id, 3600, journal=Journal()))
                 assert code in (None, ErrorCode.KEY_NOT_FOUND)
                 rotated.extend([done[1]] if done is not None else [])
 
@@ -110,8 +71,8 @@ def test_a_key_from_before_team_ids_rotated_during_its_teams_deletion_dies_with_
             await KeyStore(redis, checkpoint=deleting).delete_team(team, journal=Journal())
             assert deleting.count >= _TEAM_DELETE_STEPS  # one more mark when it finds a new secret
             await store.create_team(team)
-            assert not await _authenticates(store, old), at
-            assert not any([await _authenticates(store, s) for s in rotated]), at
+            assert not await authenticates(store, old), at
+            assert not any([await authenticates(store, s) for s in rotated]), at
             handed_out += len(rotated)
         return handed_out
 
@@ -150,7 +111,7 @@ def test_a_key_of_a_team_made_again_during_the_old_ones_deletion_is_listed_and_d
             made: list[tuple[KeyRecord, str]] = []
 
             async def again(team: str = team, made: list[tuple[KeyRecord, str]] = made) -> None:
-                _, code = await _outcome(store.create_team(team))
+                _, code = await outcome(store.create_team(team))
                 assert code in (None, ErrorCode.TEAM_EXISTS)
                 if code is None:
                     made.append(await store.create_key(team))
@@ -158,12 +119,12 @@ def test_a_key_of_a_team_made_again_during_the_old_ones_deletion_is_listed_and_d
 
             await KeyStore(redis, checkpoint=RunAt(at, again)).delete_team(team, journal=None)
             for key, secret in made:
-                assert await _authenticates(store, secret), at
+                assert await authenticates(store, secret), at
                 assert [k.id for k in await store.list_keys(team)] == [key.id], at
                 assert [k.id for k in await store.list_all_keys() if k.team == team] == [key.id], at
                 assert (await store.key(key.id)).last_used_at == 1700000000.0, at
                 assert await store.delete_team(team, journal=None) == [key.id], at
-                assert not await _authenticates(store, secret), at
+                assert not await authenticates(store, secret), at
             made_again += len(made)
         return made_again
 
@@ -208,7 +169,7 @@ def test_a_key_made_during_its_teams_deletion_leaves_no_record_that_lives_foreve
 
         # Steps: create, point, list, check_team, journal, keep_pointer, keep.
         key, secret = await KeyStore(redis, checkpoint=RunAt(5, delete)).create_key(team, journal=Journal())
-        assert not await _authenticates(store, secret)
+        assert not await authenticates(store, secret)
         stored = redis_keys.key_by_hash(hash_secret(secret))
         return await redis.ttl(stored), await redis.ttl(redis_keys.key_hash_by_id(key.id))
 
@@ -281,7 +242,7 @@ def test_a_rotation_that_loses_every_try_to_updates_says_busy_not_that_the_key_i
                 await store.update_key(key.id, LimitSet(rpm=updates), set())
 
         rotating = KeyStore(redis, checkpoint=update_before_each_grace)
-        _, code = await _outcome(rotating.rotate(key.id, 60))
+        _, code = await outcome(rotating.rotate(key.id, 60))
         return code, (await store.key(key.id)).limits == LimitSet(rpm=updates)
 
     code, kept = run_with_client(redis_server.url, scenario)

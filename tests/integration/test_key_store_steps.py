@@ -19,15 +19,13 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
-from starlette.datastructures import Headers
 
 from gateway.dev.embedded_redis import EmbeddedRedis
-from gateway.errors import ErrorCode, GatewayError
-from gateway.keys.auth import Authenticator
+from gateway.errors import ErrorCode
 from gateway.keys.store import KeyStore, hash_secret
 from gateway.limits.spec import LimitSet
 from gateway.redis import keys as redis_keys
-from gateway.redis.breaker import RedisBreaker
+from tests.integration.key_store_checkpoints import Journal, RunAt, authenticates, outcome
 from tests.redis_cluster import RedisClusterNodes, run_with_client
 
 pytestmark = pytest.mark.also_on_cluster
@@ -55,44 +53,8 @@ class StopAt:
         self.seen.append(step)
 
 
-class RunAt:
-    """A checkpoint that runs `other` once, before the write's step number `at`."""
-
-    def __init__(self, at: int, other: Callable[[], Awaitable[None]]) -> None:
-        self.at = at
-        self.count = 0
-        self._other = other
-
-    async def __call__(self, step: str) -> None:
-        if self.count == self.at:
-            await self._other()
-        self.count += 1
-
-
-class Journal:
-    """Takes every entry (so the writes run their journal step)."""
-
-    async def write(self, action: str, *, team: str, key_id: str | None = None, **change: Any) -> None:
-        return None
-
-
 def _name() -> str:
     return "s" + secrets.token_hex(4)
-
-
-async def _outcome(call: Awaitable[T]) -> tuple[T | None, ErrorCode | None]:
-    """What a call returned, or the code of the gateway error it raised."""
-    try:
-        return await call, None
-    except GatewayError as exc:
-        return None, exc.code
-
-
-async def _authenticates(store: KeyStore, secret: str) -> bool:
-    auth = Authenticator(store, RedisBreaker(0.0), cache_ttl_s=0.0, timeout_s=5.0)
-    principal, code = await _outcome(auth.authenticate(Headers({"authorization": f"Bearer {secret}"})))
-    assert code in (None, ErrorCode.INVALID_API_KEY)
-    return principal is not None
 
 
 async def _steps(write: Callable[[KeyStore], Awaitable[object]], redis: Client) -> list[str]:
@@ -130,7 +92,7 @@ def test_a_key_creation_stopped_at_any_step_hands_out_nothing_and_leaves_nothing
             assert all(ttl > 0 for _, ttl in records), steps[at]
             # The admin's retry makes a whole key.
             _, secret = await store.create_key(team)
-            assert await _authenticates(store, secret)
+            assert await authenticates(store, secret)
         return steps
 
     steps = run_with_client(redis_server.url, scenario)
@@ -176,17 +138,17 @@ def test_a_rotation_stopped_at_any_step_keeps_every_secret_revocable(redis_serve
             key, old = await store.create_key(team, expires_at=expires_at)
             with pytest.raises(Stop):
                 await KeyStore(redis, checkpoint=StopAt(at)).rotate(key.id, 3600, journal=Journal())
-            assert await _authenticates(store, old), steps[at]  # on its grace, at worst
+            assert await authenticates(store, old), steps[at]  # on its grace, at worst
             assert (await store.key(key.id)).id == key.id  # still found, still listed
             assert key.id in {k.id for k in await store.list_keys(team)}
             # The admin's retry rotates (the key's own expiry, not the grace's, on the new
             # secret); a revocation then stops every secret.
             _, new = await store.rotate(key.id, 3600)
-            assert await _authenticates(store, new)
+            assert await authenticates(store, new)
             assert (await store.key(key.id)).expires_at == expires_at, steps[at]
             await store.revoke(key.id)
-            assert not await _authenticates(store, old)
-            assert not await _authenticates(store, new)
+            assert not await authenticates(store, old)
+            assert not await authenticates(store, new)
         return steps
 
     steps = run_with_client(redis_server.url, scenario)
@@ -218,7 +180,7 @@ def test_a_rotation_that_a_wrong_typed_key_fails_leaves_the_old_secret_as_it_was
         finally:
             await redis.delete(redis_keys.retired_key_hashes(key.id))
         unfinished = [r for r in await _records_of(redis, b"id", key.id) if r[1] > 0]
-        return await _authenticates(store, old), (await store.lookup(hash_secret(old))), unfinished
+        return await authenticates(store, old), (await store.lookup(hash_secret(old))), unfinished
 
     works, record, unfinished = run_with_client(redis_server.url, scenario)
     assert works
@@ -246,11 +208,9 @@ def test_a_revocation_stopped_at_any_step_refuses_what_it_reached_and_a_retry_re
             with pytest.raises(Stop):
                 await KeyStore(redis, checkpoint=StopAt(at)).revoke(key_id, journal=Journal())
             reached = min(at, steps.count("revoke.mark"))
-            assert [await _authenticates(store, s) for s in held] == [False] * reached + [True] * (
-                3 - reached
-            )
+            assert [await authenticates(store, s) for s in held] == [False] * reached + [True] * (3 - reached)
             await store.revoke(key_id)
-            assert not any([await _authenticates(store, s) for s in held])
+            assert not any([await authenticates(store, s) for s in held])
         return steps
 
     steps = run_with_client(redis_server.url, scenario)
@@ -268,7 +228,7 @@ def test_a_team_creation_stopped_at_any_step_is_listed_exactly_when_it_exists(
             with pytest.raises(Stop):
                 await KeyStore(redis, checkpoint=StopAt(at)).create_team(name, journal=Journal())
             assert (name in await store.list_teams()) == await store.team_exists(name), steps[at]
-            _, code = await _outcome(store.create_team(name))  # the admin's retry
+            _, code = await outcome(store.create_team(name))  # the admin's retry
             assert code in (None, ErrorCode.TEAM_EXISTS)
             assert name in await store.list_teams()
         return steps
@@ -295,16 +255,16 @@ def test_a_team_deletion_stopped_at_any_step_is_finished_by_deleting_again(redis
             team, held = await team_with_keys()
             with pytest.raises(Stop):
                 await KeyStore(redis, checkpoint=StopAt(at)).delete_team(team, journal=Journal())
-            _, code = await _outcome(store.delete_team(team, journal=None))  # the admin's retry
+            _, code = await outcome(store.delete_team(team, journal=None))  # the admin's retry
             assert code in (None, ErrorCode.TEAM_NOT_FOUND), steps[at]
-            assert not any([await _authenticates(store, s) for s in held]), steps[at]
+            assert not any([await authenticates(store, s) for s in held]), steps[at]
             assert team not in await store.list_teams()
             assert not await store.team_exists(team)
             # A team made again under the name has none of the old one's keys or limits.
             await store.create_team(team)
             assert await store.list_keys(team) == []
             assert (await store.team(team))["limits"] == {}
-            assert not any([await _authenticates(store, s) for s in held])
+            assert not any([await authenticates(store, s) for s in held])
         return steps
 
     steps = run_with_client(redis_server.url, scenario)
@@ -328,12 +288,12 @@ def test_a_revocation_during_any_step_of_a_rotation_leaves_no_secret_alive(redis
         for at in range(8):
             key, old = await store.create_key(team)
             rotating = KeyStore(redis, checkpoint=RunAt(at, functools.partial(_revoked, store, key.id)))
-            rotated, code = await _outcome(rotating.rotate(key.id, 3600, journal=Journal()))
+            rotated, code = await outcome(rotating.rotate(key.id, 3600, journal=Journal()))
             assert code in (None, ErrorCode.KEY_NOT_FOUND)  # as for any revoked key
             if rotated is not None:
                 returned += 1
-                assert not await _authenticates(store, rotated[1]), at
-            assert not await _authenticates(store, old), at
+                assert not await authenticates(store, rotated[1]), at
+            assert not await authenticates(store, old), at
             assert (await store.key(key.id)).revoked
         return returned
 
@@ -354,13 +314,13 @@ def test_a_team_deletion_during_any_step_of_a_key_creation_leaves_no_key_alive(
         for at in range(7):
             await store.create_team(team := _name())
             creating = KeyStore(redis, checkpoint=RunAt(at, functools.partial(_deleted, store, team)))
-            created, code = await _outcome(creating.create_key(team, journal=Journal()))
+            created, code = await outcome(creating.create_key(team, journal=Journal()))
             assert code in (None, ErrorCode.TEAM_NOT_FOUND), at
             if created is None:
                 continue
-            assert not await _authenticates(store, created[1]), at
+            assert not await authenticates(store, created[1]), at
             await store.create_team(team)  # nor under a team made again with the name
-            assert not await _authenticates(store, created[1]), at
+            assert not await authenticates(store, created[1]), at
             assert await store.list_keys(team) == []
 
     run_with_client(redis_server.url, scenario)
@@ -380,7 +340,7 @@ def test_a_team_made_again_during_any_step_of_its_deletion_stays_listed(redis_se
             created: list[str] = []
 
             async def create_again(name: str = team, created: list[str] = created) -> None:
-                made, code = await _outcome(store.create_team(name))
+                made, code = await outcome(store.create_team(name))
                 assert code in (None, ErrorCode.TEAM_EXISTS)
                 if made is not None:
                     created.append(name)
@@ -425,13 +385,13 @@ def test_a_key_made_during_any_step_of_its_teams_deletion_dies_with_the_team(
             made: list[str] = []
 
             async def create_key(name: str = team, made: list[str] = made) -> None:
-                created, code = await _outcome(store.create_key(name))
+                created, code = await outcome(store.create_key(name))
                 assert code in (None, ErrorCode.TEAM_NOT_FOUND)
                 made.extend([created[1]] if created is not None else [])
 
             await KeyStore(redis, checkpoint=RunAt(at, create_key)).delete_team(team, journal=Journal())
             await store.create_team(team)
-            assert not any([await _authenticates(store, secret) for secret in made]), at
+            assert not any([await authenticates(store, secret) for secret in made]), at
             handed_out += len(made)
         return handed_out
 
@@ -453,7 +413,7 @@ def test_a_revocation_that_a_wrong_typed_key_fails_has_refused_the_current_secre
                 await store.revoke(key.id)
         finally:
             await redis.delete(redis_keys.retired_key_hashes(key.id))
-        return await _authenticates(store, secret)
+        return await authenticates(store, secret)
 
     assert not run_with_client(redis_server.url, scenario)
 
@@ -469,7 +429,7 @@ def test_an_update_during_any_step_of_a_rotation_lands_on_the_new_secret_or_is_r
             key, _ = await store.create_key(team, limits=LimitSet(rpm=1))
 
             async def update(key_id: str = key.id) -> None:
-                _, code = await _outcome(store.update_key(key_id, LimitSet(tpm=9), set()))
+                _, code = await outcome(store.update_key(key_id, LimitSet(tpm=9), set()))
                 outcomes.append(code)
 
             _, new = await KeyStore(redis, checkpoint=RunAt(at, update)).rotate(key.id, 60, journal=Journal())
