@@ -22,12 +22,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from redis.exceptions import NoScriptError
 from redis.typing import EncodableT
 
 from gateway.redis import keys as redis_keys
 from gateway.redis.client import RedisClient
-from gateway.redis.scripts import load_script, queue_script
+from gateway.redis.scripts import load_script
 
 Checkpoint = Callable[[str], Awaitable[None]]
 
@@ -45,7 +44,6 @@ class RecordScripts:
     and reloads one on NOSCRIPT; on a cluster, on the node of the key's slot)."""
 
     def __init__(self, redis: RedisClient) -> None:
-        self._redis = redis
         self._create = load_script(redis, "record_create")
         self._swap = load_script(redis, "record_swap")
         self._mark = load_script(redis, "record_mark")
@@ -94,17 +92,8 @@ class RecordScripts:
         key's step. A Redis that lost the script answers NOSCRIPT: it is loaded and the whole
         batch sent again (a mark keeps the value it finds, so one that landed changes nothing)."""
         channel = redis_keys.KEY_INVALIDATIONS
-        for attempt in range(2):
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for key, message in zip(keys, publish, strict=True):
-                    queue_script(pipe, self._mark, [key], [field, value, ttl_s, channel, message])
-                results = await pipe.execute(raise_on_error=False)
-            if attempt or not any(isinstance(result, NoScriptError) for result in results):
-                for result in results:
-                    if isinstance(result, Exception):
-                        raise result
-                return
-            await self._redis.script_load(self._mark.script)
+        pairs = zip(keys, publish, strict=True)
+        await self._mark.run_batch([([key], [field, value, ttl_s, channel, msg]) for key, msg in pairs])
 
     async def move_pointer(self, key: str, old: str, new: str) -> bool:
         return bool(await self._pointer(keys=[key], args=[old, new]))

@@ -17,10 +17,10 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
 from gateway.redis.client import RedisClient
-from gateway.redis.scripts import load_script, queue_script
+from gateway.redis.scripts import load_script
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,6 @@ class Lease:
 class LeaseKeeper:
     def __init__(self, redis: RedisClient, *, lease_s: float, timeout_s: float) -> None:
         self.lease_s = lease_s
-        self._redis = redis
         self._script = load_script(redis, "renew")
         self._timeout_s = timeout_s
         self._held: dict[Lease, None] = {}  # insertion-ordered set
@@ -98,17 +97,8 @@ class LeaseKeeper:
         by_team: dict[str, list[tuple[str, str]]] = {}
         for lease in self._held:
             by_team.setdefault(lease.team, []).extend(lease.slots)
-        script = self._script
-        for attempt in range(2):
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for slots in by_team.values():
-                    keys = [key for key, _ in slots]
-                    queue_script(pipe, script, keys, (self.lease_s, *(rid for _, rid in slots)))
-                results = await pipe.execute(raise_on_error=False)
-            # A Redis that lost the script (restart, failover): load it, send the batch again.
-            if attempt or not any(isinstance(result, NoScriptError) for result in results):
-                for result in results:
-                    if isinstance(result, Exception):
-                        raise result
-                return
-            await self._redis.script_load(script.script)
+        # A Redis that lost the script (restart, failover) has it loaded and the batch sent again.
+        lease_s = self.lease_s
+        await self._script.run_batch(
+            [([key for key, _ in slots], (lease_s, *(rid for _, rid in slots))) for slots in by_team.values()]
+        )

@@ -22,14 +22,14 @@ import logging
 import time
 from collections import defaultdict, deque
 
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
 from gateway.metering.record import UsageRecord
 from gateway.metering.spool import Spool
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 from gateway.redis.client import RedisClient
-from gateway.redis.scripts import load_script, queue_script
+from gateway.redis.scripts import load_script
 
 log = logging.getLogger("sluicegate.metering")
 
@@ -190,29 +190,14 @@ class Meter:
             self._rewrite.popleft()  # the oldest: a failover loses the last writes before it
 
     async def _write(self, batch: list[UsageRecord]) -> None:
-        """One pipelined round trip of EVALSHA. redis-py's own script-in-pipeline support sends
-        SCRIPT EXISTS before every batch (one more round trip per flush); a Redis that lost the
-        script (a restart, a failover, SCRIPT FLUSH) answers NOSCRIPT instead, and the whole
-        batch is sent again after SCRIPT LOAD: settle.lua counts each request id once, so the
-        records that did land are not counted twice. One record (every batch when requests come
+        """One pipelined round trip of EVALSHA (`Script.run_batch`: no SCRIPT EXISTS first, the whole
+        batch again after NOSCRIPT): settle.lua counts each request id once, so the records that
+        did land are not counted twice. One record (every batch when requests come
         one at a time) goes as a plain EVALSHA: a pipeline's own machinery costs more than it."""
         if len(batch) == 1:
             await self.record(batch[0])  # reloads the script on NOSCRIPT itself
             return
-        script = self._script
-        for attempt in range(2):
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for usage in batch:
-                    keys = _keys(usage)
-                    queue_script(pipe, script, keys, _args(usage))
-                results = await pipe.execute(raise_on_error=False)
-            missing = any(isinstance(result, NoScriptError) for result in results)
-            if not missing or attempt:
-                for result in results:
-                    if isinstance(result, Exception):
-                        raise result
-                return
-            await self._redis.script_load(script.script)
+        await self._script.run_batch([(_keys(usage), _args(usage)) for usage in batch])
 
     async def record(self, usage: UsageRecord) -> bool:
         """Writes one record now: True when written, False when its request id was already."""

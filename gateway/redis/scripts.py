@@ -12,7 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.typing import EncodableT
 
-from gateway.redis.client import RedisClient, RedisPipeline
+from gateway.redis.client import RedisClient
 
 
 class Script:
@@ -27,6 +27,7 @@ class Script:
     redis-py's script, which loads the script again or routes by slot."""
 
     def __init__(self, redis: RedisClient, source: str) -> None:
+        self._redis = redis
         self._registered: AsyncScript = redis.register_script(source)
         self.sha: str = self._registered.sha
         self.script = source  # named as redis-py's: what SCRIPT LOAD sends
@@ -54,17 +55,27 @@ class Script:
             await pool.release(conn)
         return await self._registered(keys=keys, args=args)  # SCRIPT LOAD, then EVALSHA
 
+    async def run_batch(self, calls: Sequence[tuple[Sequence[str], Sequence[EncodableT]]]) -> None:
+        """Runs the script once per (keys, args) in one pipeline, not a transaction: one round trip
+        (on a cluster, one per node at once), with no SCRIPT EXISTS first. A Redis that lost the
+        script (a restart, a failover, SCRIPT FLUSH) answers NOSCRIPT: it is loaded and the whole
+        batch sent again, so every script run this way must be safe to run twice. The first error
+        left is raised. Each EVALSHA goes through `execute_command`, because redis-py's cluster
+        pipeline refuses its own `evalsha()`, though it routes the raw command by its keys (one
+        slot per script, gateway/redis/keys.py) like any other."""
+        for attempt in range(2):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for keys, args in calls:
+                    pipe.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+                results = await pipe.execute(raise_on_error=False)
+            if attempt or not any(isinstance(result, NoScriptError) for result in results):
+                for result in results:
+                    if isinstance(result, Exception):
+                        raise result
+                return
+            await self._redis.script_load(self.script)
+
 
 def load_script(redis: RedisClient, name: str) -> Script:
     source = resources.files("gateway.redis.lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
     return Script(redis, source)
-
-
-def queue_script(
-    pipe: RedisPipeline, script: Script, keys: Sequence[str], args: Iterable[EncodableT]
-) -> None:
-    """Queues one EVALSHA of `script` on a pipeline (no SCRIPT EXISTS first: the caller loads
-    the script and sends again on NOSCRIPT). Through `execute_command`, because redis-py's cluster
-    pipeline refuses its own `evalsha()` method, though it routes the raw command by its keys (one
-    slot per script, gateway/redis/keys.py) like any other; on one Redis the bytes are the same."""
-    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
