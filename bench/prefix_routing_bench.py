@@ -211,7 +211,9 @@ async def _phase(
         result.ttft.append(loop.time() - t0)
         assert first.startswith(b"data: ")
         response.served()
-        rest = await response.response.read()
+        rest = b""
+        while part := await response.response.content.readany():
+            rest += part
         response.release()
         result.requests += 1
         return _answer(first + rest), response.endpoint.url
@@ -247,6 +249,7 @@ async def _phase(
     result.query_tokens = sum(e.query_tokens for e in engines)
     result.teams = _sum_teams([e.tenants for e in engines])
     await monitor.stop()
+    await upstream.aclose()
     await session.close()
     for server, _, task in served:
         server.should_exit = True

@@ -23,7 +23,7 @@ import random
 import statistics
 import sys
 import threading
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -75,21 +75,24 @@ def _body(messages: list[dict[str, str]], cache_salt: str | None = None) -> byte
     return orjson.dumps(body)
 
 
-async def _read(response: aiohttp.ClientResponse, t0: float, ttft: list[float]) -> str:
+async def _read(readany: Callable[[], Awaitable[bytes]], t0: float, ttft: list[float]) -> str:
     """The streamed answer's text; appends the time to its first chunk to `ttft` (vLLM sends it
     with the first token; the tiny model's random weights make many tokens decode to nothing, so
     the first non-empty text would time the weights, not the engine)."""
     loop = asyncio.get_running_loop()
     parts: list[str] = []
     first = True
-    async for line in response.content:
-        if not line.startswith(b"data: {"):
-            continue
-        if first:
-            ttft.append(loop.time() - t0)
-            first = False
-        choices = orjson.loads(line[6:]).get("choices") or [{}]
-        parts.append(choices[0].get("delta", {}).get("content") or "")
+    pending = b""
+    while chunk := await readany():
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            if not line.startswith(b"data: {"):
+                continue
+            if first:
+                ttft.append(loop.time() - t0)
+                first = False
+            choices = orjson.loads(line[6:]).get("choices") or [{}]
+            parts.append(choices[0].get("delta", {}).get("content") or "")
     return "".join(parts)
 
 
@@ -122,7 +125,7 @@ class Gateway:
             messages = orjson.loads(body)["messages"]
             url = self.oracle.pick(conversation, messages) + "/v1/chat/completions"
             async with self.session.post(url, data=body, headers=HEADERS) as direct:
-                return await _read(direct, t0, ttft)
+                return await _read(direct.content.readany, t0, ttft)
         route = self.router.resolve(SERVED_NAME)
         assert route is not None
         # Hashed with its cache_salt, as the pipeline hashes the body the worker gets.
@@ -137,7 +140,7 @@ class Gateway:
             stream=True,
         )
         try:
-            return await _read(opened.response, t0, ttft)
+            return await _read(opened.response.content.readany, t0, ttft)
         finally:
             opened.served()
             opened.release()
@@ -145,6 +148,7 @@ class Gateway:
     def close(self) -> None:
         async def teardown() -> None:
             await self.monitor.stop()
+            await self.upstream.aclose()
             await self.session.close()
 
         self._loop.run(teardown())

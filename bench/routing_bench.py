@@ -109,13 +109,15 @@ async def _phase(name: str, policy: Policy | None, requests: int, limit_s: float
                 head_deadline=t0 + 30,
                 stream=False,
             )
-            await response.response.read()
+            while await response.response.content.readany():
+                pass
             response.release()
             latencies.append(loop.time() - t0)
 
     await asyncio.gather(*(client() for _ in range(CONCURRENCY)))
     elapsed = loop.time() - started
     await monitor.stop()
+    await upstream.aclose()
     await session.close()
     for server, _, task in served:
         server.should_exit = True

@@ -4,7 +4,7 @@ Each sample goes to the first phase (in the order of `RULES`) one of whose frame
 its stack: the cross-cutting phases (tracing, metrics, the access log) come first, so a Prometheus
 call made while settling is metrics, not settle; then the pipeline's steps by the gateway function
 that is each one's entry; then the libraries whose work runs in event-loop callbacks outside any
-gateway frame (aiohttp's reads belong to the worker call); the HTTP server last, since uvicorn's
+gateway frame (aiohttp's reads, for side calls); the HTTP server last, since uvicorn's
 frames sit at the root of every request's stack. What matches nothing is the event loop and the
 rest. Shares of samples times instructions per request (callgrind) give instructions per phase.
 """
@@ -67,7 +67,12 @@ RULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ),
     (
         "worker call",
-        (("gateway/proxy/upstream.py", ""), ("gateway/proxy/forwarding.py", ""), ("aiohttp/", "")),
+        (
+            ("gateway/proxy/upstream.py", ""),
+            ("gateway/proxy/worker_client.py", ""),
+            ("gateway/proxy/forwarding.py", ""),
+            ("aiohttp/", ""),
+        ),
     ),
     (
         "relay",  # the client API's answer: rendered by its dialect

@@ -292,9 +292,7 @@ class Pipeline:
             ctx.endpoint, ctx.served_by_model = upstream.endpoint.url, upstream.pool.model.name
             ctx.attempts = len(outcome.attempt_failures) + 1
             response = upstream.response
-            streaming = (
-                call.stream and response.status == 200 and response.content_type == "text/event-stream"
-            )
+            streaming = call.stream and response.status == 200 and response.is_event_stream()
             body = (
                 b""
                 if streaming

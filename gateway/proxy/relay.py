@@ -23,7 +23,6 @@ import asyncio
 import math
 from collections.abc import Awaitable, Callable
 
-import aiohttp
 import orjson
 from starlette.types import Message, Receive, Scope, Send
 
@@ -36,6 +35,7 @@ from gateway.proxy.settlement import Outcome
 from gateway.proxy.sse import SSEEvent, SSEParser
 from gateway.proxy.upstream import UpstreamResponse
 from gateway.proxy.usage import Usage
+from gateway.proxy.worker_client import Body, WorkerHttpError
 from gateway.proxy.worker_protocols import CHAT, Batch, WorkerProtocol
 
 STREAM_HEADERS = (
@@ -152,7 +152,7 @@ class StreamRelay:
         can tell without waiting: the events already buffered from the worker are read first."""
         try:
             buffered = self._upstream.response.content.read_nowait()
-        except (aiohttp.ClientError, RuntimeError, ValueError):
+        except WorkerHttpError:
             buffered = b""  # a broken stream: what was read before stands
         if buffered:
             events = self._parser.feed(buffered)
@@ -186,7 +186,8 @@ class StreamRelay:
 
     async def _pump(self, send: Send, watch: ClientWatch) -> None:
         loop = asyncio.get_running_loop()
-        content = self._upstream.response.content
+        upstream = self._upstream
+        content = upstream.response.content
         parser = self._parser
         outcome = self.outcome
         idle = self._idle_timeout_s
@@ -211,10 +212,10 @@ class StreamRelay:
                         batch = self._process(events)
                         if batch.stored_id is not None and self._remember is not None:
                             await self._remember(batch.stored_id)
-                        if batch.output:
+                        if batch.output and upstream.verdict_pending:
                             # The endpoint's health verdict: it answered in time (only the first
                             # counts). Comments alone prove no engine behind them.
-                            self._upstream.served()
+                            upstream.served()
                         if batch.done:
                             watch.delivered()  # a client that hangs up now has not left early
                         now = loop.time()
@@ -261,8 +262,7 @@ class StreamRelay:
                     ErrorCode.UPSTREAM_TIMEOUT,
                     f"The worker stopped sending: timed out waiting for the {waited}.",
                 )
-        except (aiohttp.ClientError, ValueError):
-            # ValueError: aiohttp's chunked-encoding parser on bytes that are not HTTP.
+        except WorkerHttpError:
             outcome.error_reason = Failure.STREAM_BROKEN
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream broke off.")
         if batch.done and failure is None:
@@ -281,7 +281,7 @@ class StreamRelay:
         )
         await self._write(send, {"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _read_or_ping(self, content: aiohttp.StreamReader, send: Send) -> bytes:
+    async def _read_or_ping(self, content: Body, send: Send) -> bytes:
         """The worker's next bytes; while none come, the API's keep-alive event every ping
         interval (the worker's deadlines stand: the outer timer still bounds the wait)."""
         assert self._keepalive is not None
@@ -347,7 +347,7 @@ async def read_whole(upstream: UpstreamResponse, *, deadline: float, max_bytes: 
         # so no timer to arm.
         try:
             body = response.content.read_nowait()
-        except (aiohttp.ClientError, ValueError):
+        except WorkerHttpError:
             raise GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's answer broke off.") from None
         if len(body) > max_bytes:
             raise _too_large()
@@ -357,7 +357,7 @@ async def read_whole(upstream: UpstreamResponse, *, deadline: float, max_bytes: 
             parts: list[bytes] = []
             size = 0
             while size <= max_bytes:
-                part = await response.content.read(65536)
+                part = await response.content.readany()
                 if not part:
                     break
                 parts.append(part)
@@ -366,7 +366,7 @@ async def read_whole(upstream: UpstreamResponse, *, deadline: float, max_bytes: 
         raise GatewayError(
             ErrorCode.UPSTREAM_TIMEOUT, "The worker did not finish answering in time."
         ) from None
-    except (aiohttp.ClientError, ValueError):
+    except WorkerHttpError:
         raise GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's answer broke off.") from None
     if size > max_bytes:
         raise _too_large()

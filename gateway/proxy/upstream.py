@@ -16,17 +16,24 @@ the verdict waits for its first event.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from gateway.errors import ErrorCode, Failure, GatewayError
 from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
+from gateway.proxy.worker_client import (
+    KEEPALIVE_S,
+    LocalExhaustion,
+    Unreachable,
+    WorkerClient,
+    WorkerHttpError,
+    WorkerResponse,
+)
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.health import ENDPOINT_FAILED, NO_VERDICT, SERVED, Verdict, VerdictKind
 from gateway.routing.policy import RouteRequest
@@ -53,7 +60,7 @@ class SmallAnswer:
 class UpstreamResponse:
     pool: Pool
     endpoint: Endpoint
-    response: aiohttp.ClientResponse
+    response: WorkerResponse
     trial: bool
     verdict_pending: bool = True
     team: str = ""  # whose request: a failure it may have provoked is counted per team
@@ -98,35 +105,10 @@ class WorkerBroken(Exception):
     """Every attempt in a pool got an answer that is not HTTP: a 502, unlike an unreachable pool."""
 
 
-# Idle pooled worker connections are closed after this: below the workers' own idle close
-# (uvicorn's default, and so vLLM's, is 5 s), so the gateway is the side that closes them.
-KEEPALIVE_S = 4.0
-
-
-# Set by `Upstream._post` around the one request it sends: `_MarkingConnector` appends to it when
-# that request needed a new connection, so it was not sent on a pooled one.
-_OPENED: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("sluicegate_opened", default=None)
-
-
-class _MarkingConnector(aiohttp.TCPConnector):
-    """Tells `_post` whether its request opened a connection. An aiohttp TraceConfig could say
-    so too, but with one every request sends half a dozen trace signals (a coroutine and an
-    object each) to listeners that have nothing to do."""
-
-    async def _create_connection(self, *args: Any, **kwargs: Any) -> Any:
-        opened = _OPENED.get()
-        if opened is not None:
-            opened.append(True)
-        return await super()._create_connection(*args, **kwargs)
-
-
-def new_session(*, fresh: bool = False) -> aiohttp.ClientSession:
-    """The worker session. `fresh`: a new connection for every request, for the one retry of a
-    request whose pooled connection the worker had closed."""
-    if fresh:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=10, force_close=True)
-    else:
-        connector = _MarkingConnector(limit=0, ttl_dns_cache=10, keepalive_timeout=KEEPALIVE_S)
+def new_session() -> aiohttp.ClientSession:
+    """The session for calls beside the request's own (a stored response read back, a token
+    count, the monitor's probes): the request's own go through `WorkerClient`."""
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=10, keepalive_timeout=KEEPALIVE_S)
     return aiohttp.ClientSession(
         connector=connector,
         auto_decompress=False,
@@ -140,35 +122,10 @@ class Upstream:
         self._session = session
         self._router = router
         self._metrics = metrics
-        self._fresh: aiohttp.ClientSession | None = None  # made on first need
-        # Only new_session()'s connector says which requests opened a connection: on another,
-        # none is known to have been pooled, so none is sent twice.
-        self._knows_pooled = isinstance(session.connector, _MarkingConnector)
+        self._client = WorkerClient()
 
     async def aclose(self) -> None:
-        if self._fresh is not None:
-            await self._fresh.close()
-
-    async def _post(self, url: str, **kwargs: Any) -> aiohttp.ClientResponse:
-        """POST on a pooled connection; if the worker had closed it (it went away under the
-        request, before any answer), once more on a fresh connection: a stale connection is no
-        failure of the endpoint's, and the worker never saw the request. A refused connect
-        (ClientConnectorError) is not retried here: that is the endpoint's. Nor is a request
-        that was on a new connection: that one cannot be stale, so the worker read it and may
-        have generated (a worker that died mid-request); once is all it is sent."""
-        opened: list[bool] = []
-        token = _OPENED.set(opened)
-        try:
-            return await self._session.post(url, **kwargs)
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if isinstance(exc, aiohttp.ClientConnectorError) or opened or not self._knows_pooled:
-                raise
-            log.info("stale worker connection, retried on a fresh one: %s", type(exc).__name__)
-            if self._fresh is None:
-                self._fresh = new_session(fresh=True)
-            return await self._fresh.post(url, **kwargs)
-        finally:
-            _OPENED.reset(token)
+        await self._client.aclose()
 
     async def call_endpoint(
         self,
@@ -286,7 +243,6 @@ class Upstream:
     ) -> UpstreamResponse:
         model = pool.model
         loop = asyncio.get_running_loop()
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=model.timeouts.connect)
         tried: list[Endpoint] = []
         bad_answers = 0
         last_failure = "no endpoint is configured"
@@ -317,13 +273,9 @@ class Upstream:
                 sent = trace.worker_headers(headers, span)
             try:
                 async with asyncio.timeout_at(head_deadline):
-                    # A worker that redirects is misconfigured: never follow it elsewhere.
-                    response = await self._post(
-                        endpoint.url + path,
-                        data=body,
-                        headers=sent,
-                        timeout=timeout,
-                        allow_redirects=False,
+                    # A redirect is never followed (the client has no redirects): see below.
+                    response = await self._client.post(
+                        endpoint.url, path, body, sent, connect_s=model.timeouts.connect
                     )
                 if span is not None:
                     tracing.head(span, response.status)
@@ -346,19 +298,20 @@ class Upstream:
                 if response.status < 300 and picked:
                     pool.accepted(picked[-1], endpoint)
                 upstream = UpstreamResponse(pool, endpoint, response, trial, team=route.team)
-                is_stream = stream and response.status == 200 and _is_event_stream(response)
+                is_stream = stream and response.status == 200 and response.is_event_stream()
                 if not is_stream:
                     upstream.report(SERVED if verdict is NO_VERDICT else verdict)
                 if trace is not None and span is not None:
                     trace.answering(span)  # ends with the answer, not here
                 return upstream
-            except (aiohttp.ClientError, ValueError) as exc:
-                # Before TimeoutError: aiohttp's connect timeout is both, and is worth a retry.
-                # Anything else is a response head that is not HTTP (a bad status line, an
-                # oversized header, a content-length that is not a number): the worker is broken,
-                # not unreachable, and that is a 502 once every attempt has failed so.
-                verdict = ENDPOINT_FAILED
-                unreachable = isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientOSError)
+            except WorkerHttpError as exc:
+                # Unreachable (a connect that failed or timed out is worth a retry), or a response
+                # head that is not HTTP (a bad status line, an oversized head, a content-length
+                # that is not a number): the worker is broken, not unreachable, and that is a 502
+                # once every attempt has failed so. A connect that failed for want of this
+                # process's own descriptors or ports says nothing of the worker.
+                verdict = NO_VERDICT if isinstance(exc, LocalExhaustion) else ENDPOINT_FAILED
+                unreachable = isinstance(exc, Unreachable)
                 reason = Failure.CONNECT if unreachable else Failure.BAD_RESPONSE
                 bad_answers += 0 if unreachable else 1
                 failures.append((model.name, reason))
@@ -394,10 +347,3 @@ class Upstream:
         if bad_answers:
             raise WorkerBroken(f"The worker for model '{model.name}' answered with a malformed response.")
         raise PoolUnavailable(f"pool '{pool.name}': {last_failure}", pool.next_chance_s())
-
-
-def _is_event_stream(response: aiohttp.ClientResponse) -> bool:
-    """Not `response.content_type`: it parses the header into a dict kept on the response, about
-    1.7 KiB held for as long as the stream stays open (bench/streams_bench.py)."""
-    media_type = response.headers.get("Content-Type", "").partition(";")[0]
-    return media_type.strip().lower() == "text/event-stream"

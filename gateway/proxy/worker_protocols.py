@@ -145,8 +145,12 @@ class ChatReader:
         if "usage" in chunk and chunk["usage"] is not None:
             if choices == []:
                 batch.output = True  # the final report (a per-chunk one rides on a delta)
-            usage = note_usage(chunk["usage"], outcome)
-            if usage is not None:
+            # note_usage, inlined: with continuous usage this runs for every chunk.
+            try:
+                usage = parse_usage(chunk["usage"])
+            except InvalidUsage:
+                outcome.invalid_usage = True  # a lie is marked and otherwise ignored
+            else:
                 batch.usage = usage
                 if choices == []:
                     outcome.usage = usage  # the final report

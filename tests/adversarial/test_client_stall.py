@@ -16,13 +16,12 @@ import math
 import socket
 from typing import Any, cast
 
-import aiohttp
-
 from gateway.apis.openai.dialect import CHAT
 from gateway.model_table import HealthConfig, ModelConfig, ModelTable, RoutingConfig, Timeouts
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.upstream import UpstreamResponse
+from gateway.proxy.worker_client import WorkerClient
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.pool import Pool
 from tests.adversarial.scripted import (
@@ -181,8 +180,9 @@ async def stall(
     """Relays the worker at `url` to `client` (by default one that stalls after the first body)."""
     call = CHAT.parse(json.dumps({"model": MODEL, "messages": HELLO, "stream": True}).encode())
     loop = asyncio.get_running_loop()
-    async with aiohttp.ClientSession() as session:
-        response = await session.post(url + "/v1/chat/completions", data=b"{}")
+    client_ = WorkerClient()
+    try:
+        response = await client_.post(url, "/v1/chat/completions", b"{}", {}, connect_s=DEADLINE_S)
         upstream = UpstreamResponse(cast(Pool, _Pool()), cast(Endpoint, object()), response, trial=False)
         outcome = Outcome(reached_worker=True)
         client = client or StalledClient()
@@ -198,6 +198,8 @@ async def stall(
         )
         await asyncio.wait_for(relay.run(client.receive, client.send), DEADLINE_S)
         return outcome, client
+    finally:
+        await client_.aclose()
 
 
 def test_the_relay_cuts_a_stalled_client_without_writing_to_it_again() -> None:

@@ -7,9 +7,9 @@ httptools_impl.py: `send` ... `if self.disconnected: return`; `connection_lost` 
 receive event and then resumes writing). The relay records the usage of a batch as "relayed" as
 soon as `send` returns, so the batch that was never written is billed.
 
-This drives the real StreamRelay over a real aiohttp response from a loopback worker; the client
-side is a stand-in with exactly uvicorn's `send`/`receive` semantics and wake-up order, so which
-batch was written is known exactly (no kernel buffer sizes involved)."""
+This drives the real StreamRelay over a real worker response (the gateway's WorkerClient) from a
+loopback worker; the client side is a stand-in with exactly uvicorn's `send`/`receive` semantics
+and wake-up order, so which batch was written is known exactly (no kernel buffer sizes involved)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,11 @@ import json
 import threading
 from typing import Any, cast
 
-import aiohttp
-
 from gateway.apis.openai.dialect import CHAT
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.upstream import UpstreamResponse
+from gateway.proxy.worker_client import WorkerClient
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.pool import Pool
 from tests.adversarial.scripted import (
@@ -124,8 +123,9 @@ async def _scenario(url: str, first_written: threading.Event) -> tuple[Outcome, 
         ).encode()
     )
     loop = asyncio.get_running_loop()
-    async with aiohttp.ClientSession() as session:
-        response = await session.post(url + "/v1/chat/completions", data=b"{}")
+    client_ = WorkerClient()
+    try:
+        response = await client_.post(url, "/v1/chat/completions", b"{}", {}, connect_s=DEADLINE_S)
         upstream = UpstreamResponse(cast(Pool, _Pool()), cast(Endpoint, object()), response, trial=False)
         outcome = Outcome(reached_worker=True)
         relay = StreamRelay(
@@ -142,6 +142,8 @@ async def _scenario(url: str, first_written: threading.Event) -> tuple[Outcome, 
         client.hang_up()
         await asyncio.wait_for(running, DEADLINE_S)
         return outcome, client.bodies
+    finally:
+        await client_.aclose()
 
 
 def test_a_batch_never_written_is_not_billed_to_a_client_that_left() -> None:

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 
 from gateway.model_table import ModelConfig, ModelTable
-from gateway.proxy.upstream import KEEPALIVE_S
+from gateway.proxy.worker_client import KEEPALIVE_S
 from tests.conftest import GatewayFactory
 from tests.http import post
 from tests.routing.conftest import endpoint_view, metric

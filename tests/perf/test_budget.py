@@ -38,6 +38,7 @@ from tests.waiting import wait_until
 BUDGET_PATH = Path(__file__).with_name("budget.json")
 REQUESTS = 20
 STREAM_TOKENS = 16
+STREAM_TOKEN_DELAY_MS = 2
 # Room for a dependency release that adds a call here and there; a real change shows more.
 HEADROOM = 1.03
 NEVER = 1_000_000_000  # limits high enough never to refuse: each is checked and charged
@@ -113,6 +114,12 @@ def _send(stack: Stack, key: str, n: int, *, stream: bool, status: int) -> None:
     """n requests one after another, each answered with `status`; returns when all are done."""
     body = {"model": FAKE_MODEL, "messages": [{"role": "user", "content": "count me"}], "stream": stream}
     headers = {"x-fake-tokens": str(STREAM_TOKENS)}
+    if stream:
+        # Paced like an engine's tokens: each event reaches the gateway on its own, as on a real
+        # worker. Unpaced, how many events one read takes depends on how fast the gateway keeps
+        # up (a busy machine batches more, and counts fewer calls); paced, every stream counts
+        # its worst case, one relay batch per event.
+        headers["x-fake-token-delay-ms"] = str(STREAM_TOKEN_DELAY_MS)
     for _ in range(n):
         reply = http.post(stack.url + "/v1/chat/completions", body, key=key, headers=headers)
         assert reply.status == status, reply.body

@@ -251,6 +251,7 @@ def test_retry_after_stays_short_while_another_pool_may_serve_any_moment() -> No
                 )
             return caught.value
         finally:
+            await upstream.aclose()
             await session.close()
 
     error = asyncio.run(scenario())

@@ -42,7 +42,8 @@ async def _send(upstream: Upstream, router: Router) -> None:
         stream=False,
     )
     assert response.response.status == 200
-    await response.response.read()
+    while await response.response.content.readany():
+        pass
     response.release()
 
 
@@ -90,6 +91,7 @@ def test_pending_endpoints_take_traffic_only_once_they_serve_the_model(workers: 
             assert router.resolve("m") is None
         finally:
             await monitor.stop()
+            await upstream.aclose()
             await session.close()
 
     asyncio.run(scenario())
