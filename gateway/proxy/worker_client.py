@@ -119,9 +119,16 @@ class Body:
 
     def read_nowait(self) -> bytes:
         """What arrived and was not read yet; raises BrokenOff once that is all and it broke off."""
-        if not self._chunks and self._error is not None:
-            raise self._error
-        return self._take()
+        chunks = self._chunks
+        if not chunks:
+            if self._error is not None:
+                raise self._error
+            return b""
+        self._chunks = []
+        if self._size > _LOW_WATER:
+            self._conn.resume()
+        self._size = 0
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def readany(self) -> bytes:
         """The next bytes, as soon as any arrive; b"" at the body's end."""
@@ -135,7 +142,7 @@ class Body:
                 await self._waiter
             finally:
                 self._waiter = None
-        # _take, inlined: a stream reads once per event.
+        # read_nowait, inlined: a stream reads once per event.
         chunks = self._chunks
         self._chunks = []
         if self._size > _LOW_WATER:
@@ -143,25 +150,11 @@ class Body:
         self._size = 0
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    def _take(self) -> bytes:
-        chunks = self._chunks
-        if not chunks:
-            return b""
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self._chunks = []
-        if self._size > _LOW_WATER:
-            self._conn.resume()
-        self._size = 0
-        return data
-
     def _end(self, error: WorkerHttpError | None) -> None:
         if error is None:
             self.done = True
         elif not self.done:
             self._error = error
-        self._wake()
-
-    def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -223,7 +216,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._headers: dict[str, str] = {}
-        self._head_bytes = 0  # while the head is incomplete: the bytes it took so far
+        # The bytes of reads that held no body (a head not yet whole, or trailers) in a row.
+        self._head_bytes = 0
         self._header_bytes = 0  # the header lines parsed
         self._head_waiter: asyncio.Future[WorkerResponse] | None = None
         self._response: WorkerResponse | None = None
@@ -512,10 +506,12 @@ class WorkerClient:
         now = loop.time()
         soonest: float | None = None
         for key, conns in list(self._idle.items()):
-            kept = [c for c in conns if not c.closed and now - c.idle_since <= self._keepalive_s]
+            kept = []
             for conn in conns:
-                if conn not in kept:
+                if conn.closed or now - conn.idle_since > self._keepalive_s:
                     conn.close()
+                else:
+                    kept.append(conn)
             if kept:
                 self._idle[key] = kept
                 first = kept[0].idle_since + self._keepalive_s

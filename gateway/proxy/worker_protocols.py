@@ -58,15 +58,6 @@ class WorkerProtocol(Protocol):
         ...
 
 
-def note_usage(report: Any, outcome: Outcome) -> Usage | None:
-    """A usage report, checked; a lie marks the outcome and is otherwise ignored."""
-    try:
-        return parse_usage(report)
-    except InvalidUsage:
-        outcome.invalid_usage = True
-        return None
-
-
 def _generated(outcome: Outcome) -> None:
     now = time.perf_counter()
     if outcome.first_token_at is None:
@@ -145,7 +136,7 @@ class ChatReader:
         if "usage" in chunk and chunk["usage"] is not None:
             if choices == []:
                 batch.output = True  # the final report (a per-chunk one rides on a delta)
-            # note_usage, inlined: with continuous usage this runs for every chunk.
+            # Checked for every chunk that carries usage (each one, with continuous usage).
             try:
                 usage = parse_usage(chunk["usage"])
             except InvalidUsage:
