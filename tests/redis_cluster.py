@@ -237,11 +237,34 @@ class RedisClusterNodes:
                     return False
         return True
 
+    def _replication(self, port: int) -> dict[str, str]:
+        lines = self.cli("info", "replication", port=port).splitlines()
+        return dict(line.split(":", 1) for line in lines if ":" in line)
+
+    def wait_replicated(self, within_s: float = 30) -> None:
+        """Every live replica has every write its primary had taken when this was called. Redis
+        replicates asynchronously, and a replica fresh from its first sync gets the writes made
+        since only after its first acknowledgement, up to a second later: a primary killed before
+        that takes those writes with it (a key created just before, say)."""
+        targets: dict[int, int] = {}
+        for node in self.nodes():
+            if node["role"] == "replica" and not node["failed"] and node["port"] in self._processes:
+                primary = int(self._replication(node["port"])["master_port"])
+                if primary in self._processes:
+                    targets[node["port"]] = int(self._replication(primary)["master_repl_offset"])
+
+        def caught_up() -> bool:
+            offsets = {port: int(self._replication(port).get("slave_repl_offset", -1)) for port in targets}
+            return all(offsets[port] >= target for port, target in targets.items())
+
+        wait_until(caught_up, within_s, "every live replica has its primary's writes")
+
     def wait_ok(self, within_s: float = 30) -> None:
         """Every live node says cluster_state:ok and every live replica is in sync with its
         primary (after create, a failover or a restart): only a synced replica can be promoted."""
         wait_until(self._state_ok, within_s, "cluster_state:ok on every live node")
         wait_until(self._replicas_synced, within_s, "every live replica synced with its primary")
+        self.wait_replicated(within_s)
 
     def kill(self, port: int) -> None:
         """SIGKILL: no goodbye to the cluster, as a crashed host."""
