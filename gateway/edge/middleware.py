@@ -9,7 +9,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import cast
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -99,7 +98,7 @@ class RequestContextMiddleware:
                 incoming = value.decode("latin-1")
                 break
         ctx = RequestContext(request_id=new_request_id(), client_request_id=client_request_id(incoming))
-        state = cast("RequestState", scope.setdefault("state", {}))
+        state: RequestState = scope.setdefault("state", {})
         state["ctx"] = ctx
         # The lifespan's Tracing, or None when tracing is off: then this test is its whole cost.
         tracing = state.get("tracing")

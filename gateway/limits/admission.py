@@ -445,13 +445,9 @@ class RateLimiter:
             return self._unavailable(reservation)
         try:
             async with asyncio.timeout(self._timeout_s):
-                reply = await self._script(
-                    keys=[
-                        *(limit.redis_key for limit in limits),
-                        redis_keys.admission_marker(team, request_id),
-                    ],
-                    args=args,
-                )
+                keys = [limit.redis_key for limit in limits]  # a comprehension: one call, not
+                keys.append(redis_keys.admission_marker(team, request_id))  # one resumption each
+                reply = await self._script(keys=keys, args=args)
         except (RedisError, TimeoutError) as exc:
             self._breaker.trip("admission", exc)
             self._void(team, limits, request_id, prompt)
@@ -462,8 +458,10 @@ class RateLimiter:
             self._void(team, limits, request_id, prompt)
             raise
         states = tuple(
-            LimitState(limit, int(reply[4 + i * 3]), float(reply[5 + i * 3]), float(reply[6 + i * 3]))
-            for i, limit in enumerate(limits)
+            [
+                LimitState(limit, int(reply[4 + i * 3]), float(reply[5 + i * 3]), float(reply[6 + i * 3]))
+                for i, limit in enumerate(limits)
+            ]
         )
         allowed, denied_index, bounded_index = bool(int(reply[0])), int(reply[1]), int(reply[3])
         slots = [(limit.redis_key, request_id) for limit in limits if limit.kind is _CONCURRENCY]

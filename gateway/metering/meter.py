@@ -44,14 +44,15 @@ _REWRITE_WINDOW_S = 5.0
 
 
 def _keys(usage: UsageRecord) -> list[str]:
-    return [
+    keys = [
         redis_keys.request_marker(usage.team, usage.request_id),
         redis_keys.usage_day(usage.team, usage.day),
         redis_keys.usage_days(usage.team),
         redis_keys.admission_marker(usage.team, usage.request_id),
         redis_keys.key_last_used(usage.team),
-        *(key for key, _, _ in usage.settlements),
     ]
+    keys.extend([key for key, _, _ in usage.settlements])  # one call, not a resumption per key
+    return keys
 
 
 def _field_prefix(usage: UsageRecord) -> str:

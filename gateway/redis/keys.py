@@ -15,6 +15,8 @@ CACHE_SALT_SECRET = f"{PREFIX}:cache-salt-secret"
 
 
 def team_tag(team: str) -> str:
+    # The builders below write `{t:<team>}` out rather than call this: they run several times
+    # per request (tests/integration/test_gcra.py checks that every one carries this tag).
     return f"{{t:{team}}}"
 
 
@@ -44,31 +46,31 @@ def rate_limit(team: str, scope: str) -> str:
 
 def rate_limits(team: str) -> str:
     """The start of every rate-limit key of `team`, for a caller that names several at once."""
-    return f"{PREFIX}:{team_tag(team)}:rl:"
+    return f"{PREFIX}:{{t:{team}}}:rl:"
 
 
 def request_marker(team: str, request_id: str) -> str:
-    return f"{PREFIX}:{team_tag(team)}:req:{request_id}"
+    return f"{PREFIX}:{{t:{team}}}:req:{request_id}"
 
 
 def admission_marker(team: str, request_id: str) -> str:
     """Exists while an admission's charges are unsettled: what lets a charge whose reply was lost
     be given back, and only if it was really made."""
-    return f"{PREFIX}:{team_tag(team)}:adm:{request_id}"
+    return f"{PREFIX}:{{t:{team}}}:adm:{request_id}"
 
 
 def usage_day(team: str, day: str) -> str:
-    return f"{PREFIX}:{team_tag(team)}:usage:{day}"
+    return f"{PREFIX}:{{t:{team}}}:usage:{day}"
 
 
 def usage_days(team: str) -> str:
-    return f"{PREFIX}:{team_tag(team)}:usage-days"
+    return f"{PREFIX}:{{t:{team}}}:usage-days"
 
 
 def key_last_used(team: str) -> str:
     """HASH key id -> Unix seconds of its last finished request, written by settle.lua in the
     write that meters the request (so tracking it costs no round trip of its own)."""
-    return f"{PREFIX}:{team_tag(team)}:last-used"
+    return f"{PREFIX}:{{t:{team}}}:last-used"
 
 
 def as_text(value: bytes | str) -> str:

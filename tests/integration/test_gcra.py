@@ -152,8 +152,12 @@ def test_every_key_of_one_team_shares_a_cluster_hash_tag() -> None:
     team = "ml"
     keys = [
         redis_keys.rate_limit(team, "key:abc:rpm"),
+        redis_keys.rate_limits(team),
         redis_keys.request_marker(team, "rid"),
+        redis_keys.admission_marker(team, "rid"),
         redis_keys.usage_day(team, "2026-11-21"),
         redis_keys.usage_days(team),
+        redis_keys.key_last_used(team),
     ]
     assert {tag(k) for k in keys} == {"t:ml"}
+    assert all(redis_keys.team_tag(team) in k for k in keys)
