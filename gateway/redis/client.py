@@ -30,6 +30,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.config import Settings
+from gateway.redis.lean import LeanConnections
 from gateway.redis.url import (
     CLUSTER_SCHEMES,
     SENTINEL_SCHEME,
@@ -110,8 +111,18 @@ async def _lean_release(self: ConnectionPool, connection: AbstractConnection) ->
 
 
 class _LeanPool(ConnectionPool):
+    """Also keeps the script calls' connections (gateway/redis/lean.py), closed with the pool's."""
+
     get_connection = _lean_get_connection
     release = _lean_release
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lean = LeanConnections(self.make_connection, self.max_connections)
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        self.lean.close()
+        await super().disconnect(inuse_connections)
 
 
 class _SentinelPool(SentinelConnectionPool):
@@ -120,9 +131,24 @@ class _SentinelPool(SentinelConnectionPool):
     get_connection = _lean_get_connection
     release = _lean_release
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        self.lean = LeanConnections(self.make_connection, self.max_connections, follows_master=True)
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        self.lean.close()
+        await super().disconnect(inuse_connections)
+
     async def aclose(self) -> None:
         await super().aclose()
         await self.sentinel_manager.aclose()
+
+
+def lean_connections(redis: RedisClient) -> LeanConnections | None:
+    """The script calls' connections of a client `connect_redis` made for one Redis; None for a
+    cluster (its calls are routed by slot) or a client built elsewhere."""
+    pool = redis.connection_pool if isinstance(redis, Redis) else None
+    return pool.lean if isinstance(pool, _LeanPool | _SentinelPool) else None
 
 
 class _HiredisPacking:
@@ -260,4 +286,5 @@ __all__ = [
     "close_redis",
     "connect_redis",
     "is_cluster",
+    "lean_connections",
 ]

@@ -6,53 +6,39 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
-from redis.asyncio import ConnectionPool, Redis
+import hiredis
 from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.typing import EncodableT
 
-from gateway.redis.client import RedisClient
+from gateway.redis.client import RedisClient, lean_connections
 
 
 class Script:
     """One script, called as redis-py's `AsyncScript` is: `await script(keys=..., args=...)`.
 
-    On one Redis (plain, TLS, unix or Sentinel's master) the call takes a pooled connection,
-    sends the EVALSHA and reads its reply itself: redis-py's client-level machinery around a
-    command (retry closures, observability hooks, command-name checks) is about thirty Python
-    calls per round trip, and admission and settlement make one each per request. It keeps the
-    client's one rule that matters here: a connection Redis closed is retried once on a fresh
-    socket (gateway/redis/client.py). NOSCRIPT, and every call on a cluster, go through
-    redis-py's script, which loads the script again or routes by slot."""
+    On one Redis (plain, TLS, unix or Sentinel's master) the EVALSHA goes on the client's lean
+    connections (gateway/redis/lean.py): redis-py's layers around one command, its StreamReader
+    and its parser's read loop cost about as much again as the rest of the call, and admission
+    and settlement make one call each per request. NOSCRIPT, and every call on a cluster, go
+    through redis-py's script, which loads the script again or routes by slot."""
 
     def __init__(self, redis: RedisClient, source: str) -> None:
         self._redis = redis
         self._registered: AsyncScript = redis.register_script(source)
         self.sha: str = self._registered.sha
         self.script = source  # named as redis-py's: what SCRIPT LOAD sends
-        self._pool: ConnectionPool | None = redis.connection_pool if isinstance(redis, Redis) else None
+        self._lean = lean_connections(redis)
 
     async def __call__(self, keys: Sequence[str] = (), args: Iterable[EncodableT] = ()) -> Any:
-        pool = self._pool
-        if pool is None:
+        lean = self._lean
+        if lean is None:
             return await self._registered(keys=keys, args=args)
-        args = tuple(args)
-        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        command: tuple[Any, ...] = ("EVALSHA", self.sha, len(keys), *keys, *args)
         try:
-            command = conn.pack_command("EVALSHA", self.sha, len(keys), *keys, *args)
-            try:
-                await conn.send_packed_command(command, check_health=False)
-                return await conn.read_response()
-            except RedisConnectionError:
-                # The connection has been dropped (redis-py disconnects it on any error); sending
-                # again opens a fresh one.
-                await conn.send_packed_command(command, check_health=False)
-                return await conn.read_response()
+            return await lean.call(hiredis.pack_command(command))
         except NoScriptError:
             pass
-        finally:
-            await pool.release(conn)
         return await self._registered(keys=keys, args=args)  # SCRIPT LOAD, then EVALSHA
 
     async def run_batch(self, calls: Sequence[tuple[Sequence[str], Sequence[EncodableT]]]) -> None:

@@ -1,12 +1,15 @@
-"""gateway/redis/scripts.py: a script call on one Redis sends EVALSHA on a pooled connection
-itself; what redis-py's client did around it must still hold: a script Redis lost (restart,
-failover, SCRIPT FLUSH) is loaded again, a connection Redis closed is retried once on a fresh
-socket, an error in the script is a RedisError and leaves the connection usable, and a cancelled
-call leaves no reply behind for the next caller."""
+"""gateway/redis/scripts.py: a script call on one Redis sends EVALSHA on the client's lean
+connections (gateway/redis/lean.py); what redis-py's client did around it must still hold: a
+script Redis lost (restart, failover, SCRIPT FLUSH) is loaded again, a connection Redis closed is
+retried once on a fresh socket, an error in the script is a RedisError and leaves the connection
+usable, and a cancelled call leaves no reply behind for the next caller. Every scenario runs on
+the gateway's own client (`connect_redis`), on one Redis and on the cluster."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 from redis.exceptions import ResponseError
@@ -15,7 +18,21 @@ from gateway.config import Settings
 from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.redis.client import RedisClient, close_redis, connect_redis
 from gateway.redis.scripts import Script
-from tests.redis_cluster import RedisServer, run_with_client
+from tests.redis_cluster import RedisServer
+
+T = TypeVar("T")
+
+
+def run_with_client(url: str, scenario: Callable[[RedisClient], Awaitable[T]]) -> T:
+    async def main() -> T:
+        client = connect_redis(Settings(redis_url=url))
+        try:
+            return await scenario(client)
+        finally:
+            await close_redis(client)
+
+    return asyncio.run(main())
+
 
 pytestmark = pytest.mark.also_on_cluster
 

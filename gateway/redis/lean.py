@@ -1,0 +1,161 @@
+"""Admission's and settlement's script calls on connections read with hiredis directly.
+
+Every request makes two script calls (admit.lua, settle.lua). Through redis-py's connection each
+one passes its command layers, an asyncio StreamReader and the parser's read loop: about 113k
+instructions per call, measured with callgrind (bench/README.md), against about 64k for the same
+EVALSHA on a connection whose protocol hands each reply to the waiting call itself.
+
+redis-py still opens every connection here (address, TLS, AUTH, database, Sentinel's master, its
+handshake), then the transport is handed to `_Reply`: the connection redis-py built is never used
+again. The rules are redis-py's pool's: one command per connection at a time; a call cancelled or
+failed mid-flight closes its connection (its reply must never reach the next caller); a connection
+Redis closed is retried once on a fresh one; past `max_connections` open here a call fails at
+once. Errors are redis-py's classes (NoScriptError, ResponseError, ConnectionError), so callers
+handle them as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import hiredis
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse, MaxConnectionsError, ReadOnlyError
+
+
+class _Reply(asyncio.Protocol):
+    """One connection: the call waiting on it, and the replies hiredis parses as bytes arrive."""
+
+    def __init__(self, writer: asyncio.StreamWriter, reply_error: Callable[[str], Exception]) -> None:
+        # Held as long as the connection: a StreamWriter collected while its transport is open
+        # closes the transport (and warns).
+        self._writer = writer
+        self.transport: Any = writer.transport
+        self.reader = hiredis.Reader(protocolError=InvalidResponse, replyError=reply_error)
+        self.waiter: asyncio.Future[Any] | None = None
+        self.closed = False
+
+    async def call(self, packed: bytes) -> Any:
+        if self.closed:
+            raise RedisConnectionError("Connection closed by server.")
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiter = waiter
+        self.transport.write(packed)
+        return await waiter
+
+    def data_received(self, data: bytes) -> None:
+        waiter = self.waiter
+        if waiter is None:
+            self.close()  # bytes no call asked for: nothing on this connection can be trusted
+            return
+        self.reader.feed(data)
+        try:
+            reply = self.reader.gets()
+        except InvalidResponse as exc:
+            self.waiter = None
+            self.close()
+            if not waiter.done():
+                waiter.set_exception(exc)
+            return
+        if reply is False:
+            return  # not all of it yet
+        self.waiter = None
+        if self.reader.has_data():
+            self.close()  # a second reply to one command
+        if not waiter.done():  # a cancelled call closes the connection when it resumes
+            waiter.set_result(reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(RedisConnectionError("Connection closed by server."))
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.transport.close()
+
+
+class LeanConnections:
+    """The script calls' own connections, opened by `open_connection` (a redis-py pool's
+    `make_connection`: the same URL, credentials and Sentinel lookup as every other call)."""
+
+    def __init__(
+        self,
+        open_connection: Callable[[], AbstractConnection],
+        max_connections: int,
+        *,
+        follows_master: bool = False,
+    ) -> None:
+        self._open_connection = open_connection
+        self._max = max_connections
+        # Sentinel: a master that was failed over and came back as a replica answers a write
+        # with READONLY; a fresh connection asks the sentinels where the master is now.
+        self._follows_master = follows_master
+        self._idle: list[_Reply] = []
+        self._open: set[_Reply] = set()
+
+    async def call(self, packed: bytes) -> Any:
+        """Sends one packed command and returns its reply (a ResponseError is raised)."""
+        conn = self._take()
+        if conn is None:
+            conn = await self._connect()
+        try:
+            try:
+                reply = await conn.call(packed)
+            except RedisConnectionError:
+                # Closed by Redis while it sat idle (a restart, its timeout): once more, fresh.
+                self._drop(conn)
+                conn = await self._connect()
+                reply = await conn.call(packed)
+            if self._follows_master and isinstance(reply, ReadOnlyError):
+                self._drop(conn)
+                conn = await self._connect()
+                reply = await conn.call(packed)
+        except BaseException:
+            self._drop(conn)  # cancelled or failed mid-flight: its reply may still come
+            raise
+        self._idle.append(conn)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def _take(self) -> _Reply | None:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed:
+                return conn
+            self._open.discard(conn)
+        return None
+
+    def _drop(self, conn: _Reply) -> None:
+        conn.close()
+        self._open.discard(conn)
+
+    async def _connect(self) -> _Reply:
+        if len(self._open) >= self._max:
+            raise MaxConnectionsError("Too many connections")
+        connection = self._open_connection()
+        await connection.connect()  # type: ignore[no-untyped-call]
+        # redis-py's connection ends here: its transport is this module's from now on.
+        writer = connection._writer
+        connection._reader = connection._writer = None
+        if writer is None:
+            raise RedisConnectionError("Connection closed during its handshake.")
+        conn = _Reply(writer, connection._parser.parse_error)
+        conn.transport.set_protocol(conn)
+        if conn.transport.is_closing():
+            conn.closed = True
+            raise RedisConnectionError("Connection closed during its handshake.")
+        self._open.add(conn)
+        return conn
+
+    def close(self) -> None:
+        for conn in self._open:
+            conn.close()
+        self._open.clear()
+        self._idle.clear()

@@ -1,0 +1,158 @@
+"""gateway/redis/lean.py against a Redis that misbehaves: a raw server on a loopback socket that
+answers redis-py's handshake like Redis, then answers each EVALSHA as the test says (twice, with
+bytes that are not RESP, never, or with bytes nobody asked for). Every outcome is read off what
+the server saw (connections opened and closed, commands received), never off a duration."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import hiredis
+import pytest
+from redis.exceptions import InvalidResponse, MaxConnectionsError
+
+from gateway.config import Settings
+from gateway.redis.client import RedisClient, close_redis, connect_redis
+from gateway.redis.scripts import Script
+
+KEY = "sg:{t:lean}:x"
+
+
+class FakeRedis:
+    """Answers every command but EVALSHA with +OK (redis-py's handshake); EVALSHA per `mode`."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.opened = 0
+        self.closed = 0
+        self.evalsha = 0
+        self.changed = asyncio.Event()  # a connection opened or closed, or an EVALSHA arrived
+        self.idle_writers: list[asyncio.StreamWriter] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.opened += 1
+        self.changed.set()
+        parser = hiredis.Reader()
+        try:
+            while data := await reader.read(65536):
+                parser.feed(data)
+                while (command := parser.gets()) is not False:
+                    self._answer(command, writer)
+        finally:
+            self.closed += 1
+            self.changed.set()
+            writer.close()
+
+    def _answer(self, command: list[bytes], writer: asyncio.StreamWriter) -> None:
+        if command[0].upper() != b"EVALSHA":
+            writer.write(b"+OK\r\n")
+            return
+        self.evalsha += 1
+        self.changed.set()
+        if self.mode == "ok":
+            writer.write(b":1\r\n")
+            self.idle_writers.append(writer)
+        elif self.mode == "twice":
+            writer.write(b":1\r\n:2\r\n")
+        elif self.mode == "garbage":
+            writer.write(b"?not resp\r\n")
+        # "silent": no answer at all
+
+    async def until(self, done: Callable[[], bool]) -> None:
+        """Waits for a condition on the counters, woken by each change."""
+        while not done():
+            self.changed.clear()
+            await self.changed.wait()
+
+
+@asynccontextmanager
+async def gateway_client(**settings: Any) -> AsyncIterator[tuple[FakeRedis, Script]]:
+    fake = FakeRedis()
+    server = await asyncio.start_server(fake.serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    redis: RedisClient = connect_redis(Settings(redis_url=f"redis://127.0.0.1:{port}", **settings))
+    try:
+        yield fake, Script(redis, "return 1")
+    finally:
+        await close_redis(redis)
+        server.close()
+        await server.wait_closed()
+
+
+def test_a_second_reply_to_one_command_closes_the_connection_and_the_first_reply_stands() -> None:
+    async def main() -> None:
+        async with gateway_client() as (fake, script):
+            fake.mode = "twice"
+            assert await script(keys=[KEY], args=[]) == 1
+            await fake.until(lambda: fake.closed == 1)
+            fake.mode = "ok"
+            assert await script(keys=[KEY], args=[]) == 1
+            assert fake.opened == 2
+
+    asyncio.run(main())
+
+
+def test_a_reply_that_is_not_resp_is_a_redis_error_and_closes_the_connection() -> None:
+    async def main() -> None:
+        async with gateway_client() as (fake, script):
+            fake.mode = "garbage"
+            with pytest.raises(InvalidResponse):
+                await script(keys=[KEY], args=[])
+            await fake.until(lambda: fake.closed == 1)
+            fake.mode = "ok"
+            assert await script(keys=[KEY], args=[]) == 1
+
+    asyncio.run(main())
+
+
+def test_a_call_cancelled_before_its_reply_closes_its_connection() -> None:
+    """A deadline (the callers' asyncio.timeout) cancels the call the same way: its reply, if it
+    ever comes, must not be read as the next call's."""
+
+    async def main() -> None:
+        async with gateway_client() as (fake, script):
+            fake.mode = "silent"
+            call = asyncio.ensure_future(script(keys=[KEY], args=[]))
+            await fake.until(lambda: fake.evalsha == 1)
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
+            await fake.until(lambda: fake.closed == 1)
+            fake.mode = "ok"
+            assert await script(keys=[KEY], args=[]) == 1
+            assert fake.opened == 2
+
+    asyncio.run(main())
+
+
+def test_past_max_connections_a_call_fails_at_once() -> None:
+    async def main() -> None:
+        async with gateway_client(redis_max_connections=2) as (fake, script):
+            fake.mode = "silent"
+            waiting = [asyncio.ensure_future(script(keys=[KEY], args=[])) for _ in range(2)]
+            await fake.until(lambda: fake.evalsha == 2)
+            with pytest.raises(MaxConnectionsError):
+                await script(keys=[KEY], args=[])
+            assert fake.opened == 2
+            for call in waiting:
+                call.cancel()
+            await asyncio.gather(*waiting, return_exceptions=True)
+            await fake.until(lambda: fake.closed == 2)
+            fake.mode = "ok"
+            assert await script(keys=[KEY], args=[]) == 1  # the bound counts open connections only
+
+    asyncio.run(main())
+
+
+def test_bytes_no_call_asked_for_close_an_idle_connection() -> None:
+    async def main() -> None:
+        async with gateway_client() as (fake, script):
+            assert await script(keys=[KEY], args=[]) == 1
+            fake.idle_writers.pop().write(b"+UNASKED\r\n")
+            await fake.until(lambda: fake.closed == 1)
+            assert await script(keys=[KEY], args=[]) == 1
+            assert fake.opened == 2
+
+    asyncio.run(main())
