@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import Scope
 
 from gateway.errors import ErrorCode, GatewayError
@@ -42,14 +42,25 @@ async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes
 
 
 async def _read(request: Request, max_bytes: int, too_large: GatewayError) -> bytes:
+    """As Starlette's `request.stream()` reads it, without an async generator per request (each
+    one is registered with the event loop and dropped again). The body is read only here."""
+    receive = request.receive
     parts: list[bytes] = []
     size = 0
-    async for part in request.stream():
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "http.disconnect":
+            raise ClientDisconnect()
+        if kind != "http.request":
+            continue
+        part = message.get("body", b"")
         size += len(part)
         if size > max_bytes:
             raise too_large
         parts.append(part)
-    return b"".join(parts)
+        if not message.get("more_body", False):
+            return b"".join(parts)
 
 
 def _arrived(scope: Scope) -> bool:

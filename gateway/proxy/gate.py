@@ -36,7 +36,9 @@ class Gate:
     async def caller(self, request: Request, ctx: RequestContext) -> Principal:
         """Who calls: the key (from any place a client API takes one), and its team's limits."""
         with tracing.phase(ctx.trace, "authenticate"):
-            principal = await self._auth.authenticate(request.headers, request.query_params)
+            # Most requests have no query string: no QueryParams parsed for nothing.
+            query = request.query_params if request.scope["query_string"] else None
+            principal = await self._auth.authenticate(request.headers, query)
         ctx.team, ctx.key_id = principal.key.team, principal.key.id
         return principal
 

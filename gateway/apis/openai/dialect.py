@@ -176,17 +176,20 @@ class ModelRewrite:
 
     def __init__(self, client_name: str) -> None:
         self._name = client_name
-        # Not orjson.dumps: its result keeps a 4 KiB buffer however short the name, and a rewrite
-        # lives as long as its stream (4 KiB of every open stream, bench/streams_bench.py).
-        self._encoded = json.dumps(client_name, ensure_ascii=False).encode()
+        self._encoded: bytes | None = None  # made when first needed: most answers keep the name
 
     def apply(self, data: bytes, worker_name: Any) -> bytes:
         if not isinstance(worker_name, str) or worker_name == self._name:
             return data
+        encoded = self._encoded
+        if encoded is None:
+            # Not orjson.dumps: its result keeps a 4 KiB buffer however short the name, and a
+            # rewrite lives as long as its stream (4 KiB of every open stream, bench/streams_bench.py).
+            encoded = self._encoded = json.dumps(self._name, ensure_ascii=False).encode()
         up = orjson.dumps(worker_name)
         for needle in (b'"model":' + up, b'"model": ' + up):
             if needle in data:
-                return data.replace(needle, b'"model":' + self._encoded)
+                return data.replace(needle, b'"model":' + encoded)
         return data
 
 
