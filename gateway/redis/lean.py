@@ -9,9 +9,9 @@ redis-py still opens every connection here (address, TLS, AUTH, database, Sentin
 handshake), then the transport is handed to `_Reply`: the connection redis-py built is never used
 again. The rules are redis-py's pool's: one command per connection at a time; a call cancelled or
 failed mid-flight closes its connection (its reply must never reach the next caller); a connection
-Redis closed is retried once on a fresh one; past `max_connections` open here a call fails at
-once. Errors are redis-py's classes (NoScriptError, ResponseError, ConnectionError), so callers
-handle them as before.
+Redis closed is retried once on a fresh one; past `max_connections` sockets (these and the pool's
+own together) a call fails at once. Errors are redis-py's classes (NoScriptError, ResponseError,
+ConnectionError), so callers handle them as before.
 """
 
 from __future__ import annotations
@@ -88,11 +88,14 @@ class LeanConnections:
         self,
         open_connection: Callable[[], AbstractConnection],
         max_connections: int,
+        others: Callable[[], int] = lambda: 0,
         *,
         follows_master: bool = False,
     ) -> None:
         self._open_connection = open_connection
+        # One bound with the pool's own sockets (`others`): redis_max_connections for the client.
         self._max = max_connections
+        self._others = others
         # Sentinel: a master that was failed over and came back as a replica answers a write
         # with READONLY; a fresh connection asks the sentinels where the master is now.
         self._follows_master = follows_master
@@ -137,7 +140,7 @@ class LeanConnections:
         self._open.discard(conn)
 
     async def _connect(self) -> _Reply:
-        if len(self._open) >= self._max:
+        if len(self._open) + self._others() >= self._max:
             raise MaxConnectionsError("Too many connections")
         connection = self._open_connection()
         await connection.connect()  # type: ignore[no-untyped-call]
@@ -153,6 +156,10 @@ class LeanConnections:
             raise RedisConnectionError("Connection closed during its handshake.")
         self._open.add(conn)
         return conn
+
+    @property
+    def open(self) -> int:
+        return len(self._open)
 
     def close(self) -> None:
         for conn in self._open:

@@ -29,6 +29,7 @@ class FakeRedis:
         self.opened = 0
         self.closed = 0
         self.evalsha = 0
+        self.blocked = 0
         self.changed = asyncio.Event()  # a connection opened or closed, or an EVALSHA arrived
         self.idle_writers: list[asyncio.StreamWriter] = []
 
@@ -47,6 +48,10 @@ class FakeRedis:
             writer.close()
 
     def _answer(self, command: list[bytes], writer: asyncio.StreamWriter) -> None:
+        if command[0].upper() == b"BLPOP":
+            self.blocked += 1  # held, as Redis holds a BLPOP on an empty list
+            self.changed.set()
+            return
         if command[0].upper() != b"EVALSHA":
             writer.write(b"+OK\r\n")
             return
@@ -69,13 +74,13 @@ class FakeRedis:
 
 
 @asynccontextmanager
-async def gateway_client(**settings: Any) -> AsyncIterator[tuple[FakeRedis, Script]]:
+async def gateway_client(**settings: Any) -> AsyncIterator[tuple[FakeRedis, Script, RedisClient]]:
     fake = FakeRedis()
     server = await asyncio.start_server(fake.serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     redis: RedisClient = connect_redis(Settings(redis_url=f"redis://127.0.0.1:{port}", **settings))
     try:
-        yield fake, Script(redis, "return 1")
+        yield fake, Script(redis, "return 1"), redis
     finally:
         await close_redis(redis)
         server.close()
@@ -84,7 +89,7 @@ async def gateway_client(**settings: Any) -> AsyncIterator[tuple[FakeRedis, Scri
 
 def test_a_second_reply_to_one_command_closes_the_connection_and_the_first_reply_stands() -> None:
     async def main() -> None:
-        async with gateway_client() as (fake, script):
+        async with gateway_client() as (fake, script, _):
             fake.mode = "twice"
             assert await script(keys=[KEY], args=[]) == 1
             await fake.until(lambda: fake.closed == 1)
@@ -97,7 +102,7 @@ def test_a_second_reply_to_one_command_closes_the_connection_and_the_first_reply
 
 def test_a_reply_that_is_not_resp_is_a_redis_error_and_closes_the_connection() -> None:
     async def main() -> None:
-        async with gateway_client() as (fake, script):
+        async with gateway_client() as (fake, script, _):
             fake.mode = "garbage"
             with pytest.raises(InvalidResponse):
                 await script(keys=[KEY], args=[])
@@ -113,7 +118,7 @@ def test_a_call_cancelled_before_its_reply_closes_its_connection() -> None:
     ever comes, must not be read as the next call's."""
 
     async def main() -> None:
-        async with gateway_client() as (fake, script):
+        async with gateway_client() as (fake, script, _):
             fake.mode = "silent"
             call = asyncio.ensure_future(script(keys=[KEY], args=[]))
             await fake.until(lambda: fake.evalsha == 1)
@@ -129,7 +134,7 @@ def test_a_call_cancelled_before_its_reply_closes_its_connection() -> None:
 
 def test_past_max_connections_a_call_fails_at_once() -> None:
     async def main() -> None:
-        async with gateway_client(redis_max_connections=2) as (fake, script):
+        async with gateway_client(redis_max_connections=2) as (fake, script, _):
             fake.mode = "silent"
             waiting = [asyncio.ensure_future(script(keys=[KEY], args=[])) for _ in range(2)]
             await fake.until(lambda: fake.evalsha == 2)
@@ -148,11 +153,35 @@ def test_past_max_connections_a_call_fails_at_once() -> None:
 
 def test_bytes_no_call_asked_for_close_an_idle_connection() -> None:
     async def main() -> None:
-        async with gateway_client() as (fake, script):
+        async with gateway_client() as (fake, script, _):
             assert await script(keys=[KEY], args=[]) == 1
             fake.idle_writers.pop().write(b"+UNASKED\r\n")
             await fake.until(lambda: fake.closed == 1)
             assert await script(keys=[KEY], args=[]) == 1
             assert fake.opened == 2
+
+    asyncio.run(main())
+
+
+def test_the_pools_sockets_and_the_lean_ones_share_one_bound() -> None:
+    """redis_max_connections bounds the client's sockets, however the calls split between
+    redis-py's pool and the script calls' connections: the edge counts it once in its
+    descriptor budget (gateway/edge/server.py)."""
+
+    async def main() -> None:
+        async with gateway_client(redis_max_connections=2) as (fake, script, redis):
+            held = asyncio.ensure_future(redis.execute_command("BLPOP", "q", 0))  # a pool socket
+            await fake.until(lambda: fake.blocked == 1)
+            fake.mode = "silent"
+            waiting = asyncio.ensure_future(script(keys=[KEY], args=[]))  # a lean socket
+            await fake.until(lambda: fake.evalsha == 1)
+            with pytest.raises(MaxConnectionsError):
+                await script(keys=[KEY], args=[])
+            with pytest.raises(MaxConnectionsError):
+                await redis.execute_command("GET", "x")
+            assert fake.opened == 2
+            for call in (held, waiting):
+                call.cancel()
+            await asyncio.gather(held, waiting, return_exceptions=True)
 
     asyncio.run(main())
