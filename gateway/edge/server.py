@@ -50,14 +50,15 @@ _BUSY_GRACE_S = 1.0
 
 def connection_cap(settings: Settings) -> int:
     """Client connections this process takes at once: the setting, or by default what the soft
-    descriptor limit leaves after Redis's pool and the reserve, halved (each client request may
-    hold one worker connection too)."""
+    descriptor limit leaves after Redis's connections and the reserve, halved (each client request
+    may hold one worker connection too). Redis's are bounded twice by redis_max_connections: the
+    pool's and the script calls' own (gateway/redis/lean.py)."""
     if settings.max_connections:
         return settings.max_connections
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 1_000_000
-    return max(_LEAST_CONNECTIONS, (soft - settings.redis_max_connections - _RESERVED_FDS) // 2)
+    return max(_LEAST_CONNECTIONS, (soft - 2 * settings.redis_max_connections - _RESERVED_FDS) // 2)
 
 
 async def _server_busy(scope: Scope, receive: Receive, send: Send) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
@@ -28,7 +27,7 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import MaxConnectionsError, RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.config import Settings
 from gateway.redis.lean import LeanConnections
@@ -95,15 +94,6 @@ async def _lean_get_connection(
     unread reply; redis-py already drops a connection whose command was cancelled or failed
     half-way, and a connection Redis closed fails its next command, which the client's one retry
     sends again on a fresh socket."""
-    lean: LeanConnections | None = getattr(self, "lean", None)
-    if (
-        lean is not None
-        and not self._available_connections
-        and len(self._in_use_connections) + lean.open >= self.max_connections
-    ):
-        # One bound for all of this client's sockets, the script calls' included: the edge's
-        # descriptor budget counts redis_max_connections once (gateway/edge/server.py).
-        raise MaxConnectionsError("Too many connections")
     connection: AbstractConnection = self.get_available_connection()  # type: ignore[no-untyped-call]
     try:
         await connection.connect()  # type: ignore[no-untyped-call]  # at once when connected
@@ -120,16 +110,6 @@ async def _lean_release(self: ConnectionPool, connection: AbstractConnection) ->
     self._available_connections.append(connection)
 
 
-def _pool_sockets(pool: ConnectionPool) -> Callable[[], int]:
-    """How many sockets the pool's own connections hold (counted when a lean one would open)."""
-
-    def count() -> int:
-        idle = sum(1 for connection in pool._available_connections if connection.is_connected)
-        return len(pool._in_use_connections) + idle
-
-    return count
-
-
 class _LeanPool(ConnectionPool):
     """Also keeps the script calls' connections (gateway/redis/lean.py), closed with the pool's."""
 
@@ -138,10 +118,13 @@ class _LeanPool(ConnectionPool):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.lean = LeanConnections(self.make_connection, self.max_connections, _pool_sockets(self))
+        self.lean = LeanConnections(self.make_connection, self.max_connections)
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
-        self.lean.close()
+        if inuse_connections:
+            self.lean.close()
+        else:  # Sentinel's pool asks for idle ones only when the master moved: calls go on
+            self.lean.close_idle()
         await super().disconnect(inuse_connections)
 
 
@@ -153,12 +136,13 @@ class _SentinelPool(SentinelConnectionPool):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
-        self.lean = LeanConnections(
-            self.make_connection, self.max_connections, _pool_sockets(self), follows_master=True
-        )
+        self.lean = LeanConnections(self.make_connection, self.max_connections, follows_master=True)
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
-        self.lean.close()
+        if inuse_connections:
+            self.lean.close()
+        else:  # Sentinel's pool asks for idle ones only when the master moved: calls go on
+            self.lean.close_idle()
         await super().disconnect(inuse_connections)
 
     async def aclose(self) -> None:

@@ -9,9 +9,10 @@ redis-py still opens every connection here (address, TLS, AUTH, database, Sentin
 handshake), then the transport is handed to `_Reply`: the connection redis-py built is never used
 again. The rules are redis-py's pool's: one command per connection at a time; a call cancelled or
 failed mid-flight closes its connection (its reply must never reach the next caller); a connection
-Redis closed is retried once on a fresh one; past `max_connections` sockets (these and the pool's
-own together) a call fails at once. Errors are redis-py's classes (NoScriptError, ResponseError,
-ConnectionError), so callers handle them as before.
+Redis closed is retried once on a fresh one; past `max_connections` of them (connecting ones
+included) a call fails at once. Errors are redis-py's classes (NoScriptError, ResponseError,
+ConnectionError), so callers handle them as before. RESP3 push frames (redis-py's handshake asks
+for RESP3 and maintenance notices) are no call's reply and are skipped, as redis-py's parser does.
 """
 
 from __future__ import annotations
@@ -25,16 +26,28 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, MaxConnectionsError, ReadOnlyError
 
+# What hiredis returns while a reply is incomplete: its default, False, is also RESP3's `#f`.
+_PENDING = object()
+_PUSH: Any = getattr(hiredis, "PushNotification", ())  # hiredis >= 3.2; () matches nothing
+
 
 class _Reply(asyncio.Protocol):
     """One connection: the call waiting on it, and the replies hiredis parses as bytes arrive."""
 
-    def __init__(self, writer: asyncio.StreamWriter, reply_error: Callable[[str], Exception]) -> None:
+    def __init__(
+        self,
+        writer: asyncio.StreamWriter,
+        reply_error: Callable[[str], Exception],
+        lost: Callable[[_Reply], None],
+    ) -> None:
         # Held as long as the connection: a StreamWriter collected while its transport is open
         # closes the transport (and warns).
         self._writer = writer
+        self._lost = lost
         self.transport: Any = writer.transport
-        self.reader = hiredis.Reader(protocolError=InvalidResponse, replyError=reply_error)
+        self.reader = hiredis.Reader(
+            protocolError=InvalidResponse, replyError=reply_error, notEnoughData=_PENDING
+        )
         self.waiter: asyncio.Future[Any] | None = None
         self.closed = False
 
@@ -47,32 +60,36 @@ class _Reply(asyncio.Protocol):
         return await waiter
 
     def data_received(self, data: bytes) -> None:
-        waiter = self.waiter
-        if waiter is None:
-            self.close()  # bytes no call asked for: nothing on this connection can be trusted
-            return
         self.reader.feed(data)
-        try:
-            reply = self.reader.gets()
-        except InvalidResponse as exc:
-            self.waiter = None
-            self.close()
-            if not waiter.done():
-                waiter.set_exception(exc)
-            return
-        if reply is False:
-            return  # not all of it yet
-        self.waiter = None
-        if self.reader.has_data():
-            self.close()  # a second reply to one command
-        if not waiter.done():  # a cancelled call closes the connection when it resumes
-            waiter.set_result(reply)
+        while True:
+            try:
+                reply = self.reader.gets()
+            except InvalidResponse as exc:
+                self._fail(exc)
+                return
+            if reply is _PENDING:
+                return  # not all of it yet
+            if isinstance(reply, _PUSH):
+                continue  # a push frame (a maintenance notice, say): no call's reply
+            waiter, self.waiter = self.waiter, None
+            if waiter is None:
+                # A reply no call asked for (a second one to one command, or bytes sent unasked):
+                # nothing more on this connection can be trusted.
+                self.close()
+                return
+            if not waiter.done():  # a cancelled call closes the connection when it resumes
+                waiter.set_result(reply)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._lost(self)
+        self._fail(RedisConnectionError("Connection closed by server."))
+
+    def _fail(self, error: Exception) -> None:
         waiter, self.waiter = self.waiter, None
+        self.close()
         if waiter is not None and not waiter.done():
-            waiter.set_exception(RedisConnectionError("Connection closed by server."))
+            waiter.set_exception(error)
 
     def close(self) -> None:
         if not self.closed:
@@ -82,25 +99,25 @@ class _Reply(asyncio.Protocol):
 
 class LeanConnections:
     """The script calls' own connections, opened by `open_connection` (a redis-py pool's
-    `make_connection`: the same URL, credentials and Sentinel lookup as every other call)."""
+    `make_connection`: the same URL, credentials and Sentinel lookup as every other call). Bounded
+    on their own by `max_connections`, as the pool's connections are by theirs: the edge's
+    descriptor budget counts both (gateway/edge/server.py)."""
 
     def __init__(
         self,
         open_connection: Callable[[], AbstractConnection],
         max_connections: int,
-        others: Callable[[], int] = lambda: 0,
         *,
         follows_master: bool = False,
     ) -> None:
         self._open_connection = open_connection
-        # One bound with the pool's own sockets (`others`): redis_max_connections for the client.
         self._max = max_connections
-        self._others = others
         # Sentinel: a master that was failed over and came back as a replica answers a write
         # with READONLY; a fresh connection asks the sentinels where the master is now.
         self._follows_master = follows_master
         self._idle: list[_Reply] = []
         self._open: set[_Reply] = set()
+        self._connecting = 0
 
     async def call(self, packed: bytes) -> Any:
         """Sends one packed command and returns its reply (a ResponseError is raised)."""
@@ -132,7 +149,6 @@ class LeanConnections:
             conn = self._idle.pop()
             if not conn.closed:
                 return conn
-            self._open.discard(conn)
         return None
 
     def _drop(self, conn: _Reply) -> None:
@@ -140,16 +156,21 @@ class LeanConnections:
         self._open.discard(conn)
 
     async def _connect(self) -> _Reply:
-        if len(self._open) + self._others() >= self._max:
+        # Connections still in their handshake count: a burst must not open one socket per call.
+        if len(self._open) + self._connecting >= self._max:
             raise MaxConnectionsError("Too many connections")
-        connection = self._open_connection()
-        await connection.connect()  # type: ignore[no-untyped-call]
+        self._connecting += 1
+        try:
+            connection = self._open_connection()
+            await connection.connect()  # type: ignore[no-untyped-call]
+        finally:
+            self._connecting -= 1
         # redis-py's connection ends here: its transport is this module's from now on.
         writer = connection._writer
         connection._reader = connection._writer = None
         if writer is None:
             raise RedisConnectionError("Connection closed during its handshake.")
-        conn = _Reply(writer, connection._parser.parse_error)
+        conn = _Reply(writer, connection._parser.parse_error, self._open.discard)
         conn.transport.set_protocol(conn)
         if conn.transport.is_closing():
             conn.closed = True
@@ -157,12 +178,15 @@ class LeanConnections:
         self._open.add(conn)
         return conn
 
-    @property
-    def open(self) -> int:
-        return len(self._open)
+    def close_idle(self) -> None:
+        """Closes the connections no call is using (redis-py's pool does the same for its own when
+        Sentinel names a new master); a call in flight keeps its connection."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            self._drop(conn)
 
     def close(self) -> None:
-        for conn in self._open:
+        for conn in list(self._open):
             conn.close()
         self._open.clear()
         self._idle.clear()

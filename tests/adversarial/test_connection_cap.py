@@ -68,8 +68,9 @@ def test_the_default_cap_leaves_descriptors_for_worker_and_redis_connections(
 ) -> None:
     settings = Settings()
     cap = connection_cap(settings)
-    # Each client connection may hold a worker connection too; Redis's pool comes on top.
-    assert 2 * cap + settings.redis_max_connections < lowered_descriptor_limit
+    # Each client connection may hold a worker connection too; Redis's connections come on top:
+    # the pool's and the script calls' own, each bounded by redis_max_connections.
+    assert 2 * cap + 2 * settings.redis_max_connections < lowered_descriptor_limit
     assert cap >= 16
     assert connection_cap(Settings(max_connections=7)) == 7
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import hiredis
 import pytest
+from redis.asyncio import Redis
 from redis.exceptions import InvalidResponse, MaxConnectionsError
 
 from gateway.config import Settings
@@ -30,6 +31,7 @@ class FakeRedis:
         self.closed = 0
         self.evalsha = 0
         self.blocked = 0
+        self.held: list[asyncio.StreamWriter] = []
         self.changed = asyncio.Event()  # a connection opened or closed, or an EVALSHA arrived
         self.idle_writers: list[asyncio.StreamWriter] = []
 
@@ -60,11 +62,21 @@ class FakeRedis:
         if self.mode == "ok":
             writer.write(b":1\r\n")
             self.idle_writers.append(writer)
+        elif self.mode == "push first":
+            writer.write(b">2\r\n$11\r\nMAINTENANCE\r\n$1\r\nx\r\n:1\r\n")
+        elif self.mode == "false":
+            writer.write(b"#f\r\n")
         elif self.mode == "twice":
             writer.write(b":1\r\n:2\r\n")
         elif self.mode == "garbage":
             writer.write(b"?not resp\r\n")
-        # "silent": no answer at all
+        else:  # "silent": no answer, until answer_held()
+            self.held.append(writer)
+
+    def answer_held(self) -> None:
+        for writer in self.held:
+            writer.write(b":1\r\n")
+        self.held.clear()
 
     async def until(self, done: Callable[[], bool]) -> None:
         """Waits for a condition on the counters, woken by each change."""
@@ -163,17 +175,16 @@ def test_bytes_no_call_asked_for_close_an_idle_connection() -> None:
     asyncio.run(main())
 
 
-def test_the_pools_sockets_and_the_lean_ones_share_one_bound() -> None:
-    """redis_max_connections bounds the client's sockets, however the calls split between
-    redis-py's pool and the script calls' connections: the edge counts it once in its
-    descriptor budget (gateway/edge/server.py)."""
+def test_the_lean_connections_are_bounded_apart_from_the_pools() -> None:
+    """Each side has redis_max_connections (the edge's descriptor budget counts both): a pool
+    socket held does not starve the script calls, and script calls held do not starve the rest."""
 
     async def main() -> None:
-        async with gateway_client(redis_max_connections=2) as (fake, script, redis):
-            held = asyncio.ensure_future(redis.execute_command("BLPOP", "q", 0))  # a pool socket
+        async with gateway_client(redis_max_connections=1) as (fake, script, redis):
+            held = asyncio.ensure_future(redis.execute_command("BLPOP", "q", 0))  # the pool's one
             await fake.until(lambda: fake.blocked == 1)
             fake.mode = "silent"
-            waiting = asyncio.ensure_future(script(keys=[KEY], args=[]))  # a lean socket
+            waiting = asyncio.ensure_future(script(keys=[KEY], args=[]))  # the lean side's one
             await fake.until(lambda: fake.evalsha == 1)
             with pytest.raises(MaxConnectionsError):
                 await script(keys=[KEY], args=[])
@@ -183,5 +194,66 @@ def test_the_pools_sockets_and_the_lean_ones_share_one_bound() -> None:
             for call in (held, waiting):
                 call.cancel()
             await asyncio.gather(held, waiting, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_a_burst_of_calls_opens_no_more_connections_than_the_bound() -> None:
+    """Connections still in their handshake count: 50 calls at once on a fresh client."""
+
+    async def main() -> None:
+        async with gateway_client(redis_max_connections=2) as (fake, script, _):
+            results = await asyncio.gather(
+                *(script(keys=[KEY], args=[]) for _ in range(50)), return_exceptions=True
+            )
+            assert fake.opened == 2
+            assert {type(r) for r in results} <= {int, MaxConnectionsError}
+            assert results.count(1) >= 2
+
+    asyncio.run(main())
+
+
+def test_a_push_frame_before_the_reply_is_skipped() -> None:
+    """redis-py's handshake asks for RESP3 and maintenance notices: a push frame is no call's reply."""
+
+    async def main() -> None:
+        async with gateway_client() as (fake, script, _):
+            fake.mode = "push first"
+            assert await script(keys=[KEY], args=["one"]) == 1
+            fake.mode = "ok"
+            assert await script(keys=[KEY], args=["two"]) == 1
+            assert fake.opened == 1
+            assert fake.closed == 0
+
+    asyncio.run(main())
+
+
+def test_a_resp3_false_is_a_reply_not_a_wait_for_more() -> None:
+    async def main() -> None:
+        async with gateway_client() as (fake, script, _):
+            fake.mode = "false"
+            assert await script(keys=[KEY], args=[]) is False
+            fake.mode = "ok"
+            assert await script(keys=[KEY], args=[]) == 1
+            assert fake.opened == 1
+
+    asyncio.run(main())
+
+
+def test_dropping_idle_connections_leaves_a_call_in_flight_alone() -> None:
+    """Sentinel's pool disconnects its idle connections when the master moves; a script call in
+    flight must not be cut and sent again (the script would run twice)."""
+
+    async def main() -> None:
+        async with gateway_client() as (fake, script, redis):
+            fake.mode = "silent"
+            call = asyncio.ensure_future(script(keys=[KEY], args=[]))
+            await fake.until(lambda: fake.evalsha == 1)
+            assert isinstance(redis, Redis)
+            await redis.connection_pool.disconnect(inuse_connections=False)
+            fake.answer_held()
+            assert await call == 1
+            assert fake.evalsha == 1
+            assert fake.closed == 0
 
     asyncio.run(main())
