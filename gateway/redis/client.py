@@ -121,10 +121,7 @@ class _LeanPool(ConnectionPool):
         self.lean = LeanConnections(self.make_connection, self.max_connections)
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
-        if inuse_connections:
-            self.lean.close()
-        else:  # Sentinel's pool asks for idle ones only when the master moved: calls go on
-            self.lean.close_idle()
+        self.lean.disconnect(inuse_connections)
         await super().disconnect(inuse_connections)
 
 
@@ -139,10 +136,7 @@ class _SentinelPool(SentinelConnectionPool):
         self.lean = LeanConnections(self.make_connection, self.max_connections, follows_master=True)
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
-        if inuse_connections:
-            self.lean.close()
-        else:  # Sentinel's pool asks for idle ones only when the master moved: calls go on
-            self.lean.close_idle()
+        self.lean.disconnect(inuse_connections)
         await super().disconnect(inuse_connections)
 
     async def aclose(self) -> None:

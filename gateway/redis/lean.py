@@ -178,9 +178,12 @@ class LeanConnections:
         self._open.add(conn)
         return conn
 
-    def close_idle(self) -> None:
-        """Closes the connections no call is using (redis-py's pool does the same for its own when
-        Sentinel names a new master); a call in flight keeps its connection."""
+    def disconnect(self, inuse_connections: bool) -> None:
+        """As the pool's own `disconnect`: every connection, or only those no call is using
+        (Sentinel's pool asks for that when the master moved: a call in flight keeps its own)."""
+        if inuse_connections:
+            self.close()
+            return
         idle, self._idle = self._idle, []
         for conn in idle:
             self._drop(conn)
