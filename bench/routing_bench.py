@@ -81,7 +81,7 @@ async def _phase(name: str, policy: Policy | None, requests: int, limit_s: float
     router = Router(ModelTable((model,)), Metrics(), rng=random.Random(7))
     if policy is not None:
         for pool in router.pools():
-            pool.policy = policy
+            pool.use_policy(policy)
     session = new_session()
     monitor = Monitor(router, session)
     monitor.start()

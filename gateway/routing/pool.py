@@ -77,10 +77,7 @@ class Pool:
         self.weight = config.weight
         self.wire_model = config.upstream_model or model.wire_model
         self.policy_name = model.routing.policy
-        self.policy: Policy = POLICIES[self.policy_name]
-        # The same function, typed as it behaves: it returns one of the candidates it is given.
-        # One cast here, not a `typing.cast` call (a Python call) per request.
-        self._pick = cast(Callable[[Sequence[Endpoint], RouteRequest, random.Random], Endpoint], self.policy)
+        self.use_policy(POLICIES[self.policy_name])
         self.scraped = self.policy_name in SCRAPED_POLICIES
         # prefix_affinity only: the cached-prefix lookup before the policy, the record after.
         self.prefix = prefix
@@ -117,6 +114,12 @@ class Pool:
             for url in config.endpoints:
                 self._add(Endpoint(url, confirmed=True))
         self._export_gauges()
+
+    def use_policy(self, policy: Policy) -> None:
+        """`policy` picks the endpoints of this pool from now on (bench/routing_bench.py swaps it).
+        Kept typed as it behaves, returning one of the candidates it is given: one cast here, not
+        a `typing.cast` call (a Python call) per request."""
+        self.policy = cast(Callable[[Sequence[Endpoint], RouteRequest, random.Random], Endpoint], policy)
 
     # -- membership ---------------------------------------------------------------------------
 
@@ -237,7 +240,7 @@ class Pool:
                 started = time.perf_counter()
                 if self.prefix is not None:
                     route = self.prefix.annotate(route, candidates)
-                chosen = self._pick(candidates, route, rng)
+                chosen = self.policy(candidates, route, rng)
                 if deferred is not None:
                     deferred.append(route)
                 elif self.prefix is not None:
@@ -369,7 +372,7 @@ class Pool:
         free = [e for e in self.endpoints if e.usable and e.inflight < limit]
         if not free:
             return None
-        chosen = self._pick(free, _ANY_REQUEST, self._rng)
+        chosen = self.policy(free, _ANY_REQUEST, self._rng)
         chosen.inflight += 1
         return chosen
 
