@@ -229,13 +229,17 @@ class RedisClusterNodes:
             return False
         return all("cluster_state:ok" in info for info in infos)
 
+    def _live_replicas(self) -> list[int]:
+        return [
+            node["port"]
+            for node in self.nodes()
+            if node["role"] == "replica" and not node["failed"] and node["port"] in self._processes
+        ]
+
     def _replicas_synced(self) -> bool:
-        for node in self.nodes():
-            if node["role"] == "replica" and not node["failed"] and node["port"] in self._processes:
-                info = self.cli("info", "replication", port=node["port"])
-                if "master_link_status:up" not in info:
-                    return False
-        return True
+        return all(
+            self._replication(port).get("master_link_status") == "up" for port in self._live_replicas()
+        )
 
     def _replication(self, port: int) -> dict[str, str]:
         lines = self.cli("info", "replication", port=port).splitlines()
@@ -247,15 +251,16 @@ class RedisClusterNodes:
         since only after its first acknowledgement, up to a second later: a primary killed before
         that takes those writes with it (a key created just before, say)."""
         targets: dict[int, int] = {}
-        for node in self.nodes():
-            if node["role"] == "replica" and not node["failed"] and node["port"] in self._processes:
-                primary = int(self._replication(node["port"])["master_port"])
-                if primary in self._processes:
-                    targets[node["port"]] = int(self._replication(primary)["master_repl_offset"])
+        for port in self._live_replicas():
+            primary = int(self._replication(port)["master_port"])
+            if primary in self._processes:
+                targets[port] = int(self._replication(primary)["master_repl_offset"])
 
         def caught_up() -> bool:
-            offsets = {port: int(self._replication(port).get("slave_repl_offset", -1)) for port in targets}
-            return all(offsets[port] >= target for port, target in targets.items())
+            return all(
+                int(self._replication(port).get("slave_repl_offset", -1)) >= target
+                for port, target in targets.items()
+            )
 
         wait_until(caught_up, within_s, "every live replica has its primary's writes")
 

@@ -445,8 +445,9 @@ class RateLimiter:
             return self._unavailable(reservation)
         try:
             async with asyncio.timeout(self._timeout_s):
-                keys = [limit.redis_key for limit in limits]  # a comprehension: one call, not
-                keys.append(redis_keys.admission_marker(team, request_id))  # one resumption each
+                # A comprehension, not a generator unpacked: one call, not one resumption a limit.
+                keys = [limit.redis_key for limit in limits]
+                keys.append(redis_keys.admission_marker(team, request_id))
                 reply = await self._script(keys=keys, args=args)
         except (RedisError, TimeoutError) as exc:
             self._breaker.trip("admission", exc)

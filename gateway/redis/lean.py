@@ -113,7 +113,7 @@ class LeanConnections:
         self._open_connection = open_connection
         self._max = max_connections
         # Sentinel: a master that was failed over and came back as a replica answers a write
-        # with READONLY; a fresh connection asks the sentinels where the master is now.
+        # with READONLY.
         self._follows_master = follows_master
         self._idle: list[_Reply] = []
         self._open: set[_Reply] = set()
@@ -127,12 +127,11 @@ class LeanConnections:
         try:
             try:
                 reply = await conn.call(packed)
+                # A demoted master (Sentinel): a fresh connection asks where the master is now.
+                stale = self._follows_master and isinstance(reply, ReadOnlyError)
             except RedisConnectionError:
-                # Closed by Redis while it sat idle (a restart, its timeout): once more, fresh.
-                self._drop(conn)
-                conn = await self._connect()
-                reply = await conn.call(packed)
-            if self._follows_master and isinstance(reply, ReadOnlyError):
+                stale = True  # closed by Redis while it sat idle (a restart, its timeout)
+            if stale:  # once more, on a fresh connection; once only, as redis-py's retry
                 self._drop(conn)
                 conn = await self._connect()
                 reply = await conn.call(packed)
