@@ -41,24 +41,33 @@ from tracing_bench import otlp_receiver
 
 MOCK_WORKER = Path(__file__).resolve().parent / "mock_worker.py"
 MODEL = "bench-model"
-TOKENS = 16
 WARMUP = 60
 VALGRIND = "/usr/bin/valgrind"
 CALLGRIND_CONTROL = "/usr/bin/callgrind_control"
 PHASE_REQUESTS = 3000  # per kind, sequential, py-spy at 1 kHz: a few thousand non-idle samples
 
 
-def chat_body(stream: bool) -> bytes:
+def chat_body(stream: bool, tokens: int) -> bytes:
     body = {
         "model": MODEL,
         "messages": [{"role": "user", "content": "Say something short about sluice gates."}],
-        "max_tokens": TOKENS,
+        "max_tokens": tokens,
         "stream": stream,
     }
     return json.dumps(body).encode()
 
 
-KINDS = {"non-stream": chat_body(False), "stream": chat_body(True)}
+def request_kinds(tokens: int) -> dict[str, bytes]:
+    return {"non-stream": chat_body(False, tokens), "stream": chat_body(True, tokens)}
+
+
+def worker_argv(args: argparse.Namespace) -> list[str]:
+    """The mock worker: `--tokens` deltas per answer, each stream delta `--token-delay-ms` after
+    the last (paced, every event reaches the server in a read of its own, as from an engine)."""
+    return [
+        *(sys.executable, str(MOCK_WORKER), "--port", "0", "--tokens", str(args.tokens)),
+        *("--token-delay-ms", str(args.token_delay_ms)),
+    ]
 
 
 class Client:
@@ -100,10 +109,12 @@ def _dumped_total(out_dir: Path, before: set[Path]) -> int:
     raise RuntimeError(f"no callgrind dump appeared in {out_dir}")
 
 
-def count(pid: int, out_dir: Path, client: Client, n: int, settle_s: float) -> dict[str, float]:
+def count(
+    pid: int, out_dir: Path, client: Client, kinds: dict[str, bytes], n: int, settle_s: float
+) -> dict[str, float]:
     """Instructions per request of each kind: warm-up, then instrumentation on for `n` requests."""
     result = {}
-    for kind, body in KINDS.items():
+    for kind, body in kinds.items():
         for _ in range(WARMUP):
             client.send(body)
         time.sleep(settle_s)
@@ -147,7 +158,8 @@ def run_tracing(args: argparse.Namespace, children: Children) -> str:
     OTLP receiver (a thread of this process: its work is not counted)."""
     facts = machine_facts(sorted(os.sched_getaffinity(0)), "none (valgrind runs one thread at a time)")
     print("\n".join(facts), file=sys.stderr, flush=True)
-    argv = [sys.executable, str(MOCK_WORKER), "--port", "0", "--tokens", str(TOKENS)]
+    argv = worker_argv(args)
+    kinds = request_kinds(args.tokens)
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="sluicegate-ir-"))
     tmp.mkdir(parents=True, exist_ok=True)
     if not args.keep:
@@ -164,17 +176,17 @@ def run_tracing(args: argparse.Namespace, children: Children) -> str:
                 wrap = callgrind_wrap(out_dir, "gateway")
                 with gateway_stack(children, models, None, None, wrap=wrap, timeout_s=300, env=env) as stack:
                     client = Client(stack.base, stack.limited_key)
-                    counts[mode] = count(stack.gateway_pid, out_dir, client, args.n, args.settle_s)
+                    counts[mode] = count(stack.gateway_pid, out_dir, client, kinds, args.n, args.settle_s)
                     client.close()
                 children.stop_all()
         finally:
             if not args.keep:
                 shutil.rmtree(tmp, ignore_errors=True)
     title = f"gateway instructions per request by tracing mode (callgrind, {args.n} sequential per kind)"
-    lines = [*facts, "", title, f"  {'mode':<14} " + " ".join(f"{kind:>22}" for kind in KINDS)]
+    lines = [*facts, "", title, f"  {'mode':<14} " + " ".join(f"{kind:>22}" for kind in kinds)]
     for mode, counted in counts.items():
         cells = []
-        for kind in KINDS:
+        for kind in kinds:
             off = counts["tracing off"][kind]
             cells.append(f"{counted[kind] / 1e6:>8.3f} M ({counted[kind] / off - 1:+6.1%})")
         lines.append(f"  {mode:<14} " + " ".join(f"{cell:>22}" for cell in cells))
@@ -187,7 +199,8 @@ def run(args: argparse.Namespace, children: Children) -> str:
         return run_tracing(args, children)
     facts = machine_facts(sorted(os.sched_getaffinity(0)), "none (valgrind runs one thread at a time)")
     print("\n".join(facts), file=sys.stderr, flush=True)
-    argv = [sys.executable, str(MOCK_WORKER), "--port", "0", "--tokens", str(TOKENS)]
+    argv = worker_argv(args)
+    kinds = request_kinds(args.tokens)
     worker_port, _ = start_announcing(children, "mock worker", argv, None)
     worker = f"http://127.0.0.1:{worker_port}"
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="sluicegate-ir-"))
@@ -202,7 +215,7 @@ def run(args: argparse.Namespace, children: Children) -> str:
         wrap = callgrind_wrap(bare_dir, "bare")
         port, proc = start_bare_proxy(children, "bare proxy", worker, None, wrap=wrap, timeout_s=180)
         client = Client(f"http://127.0.0.1:{port}", None)
-        counts["bare proxy"] = count(proc.pid, bare_dir, client, args.n, args.settle_s)
+        counts["bare proxy"] = count(proc.pid, bare_dir, client, kinds, args.n, args.settle_s)
         client.close()
         children.stop_all()  # the mock worker too: the gateway's side starts its own
         children.step("gateway under callgrind")
@@ -212,18 +225,19 @@ def run(args: argparse.Namespace, children: Children) -> str:
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
-    return report(facts, counts, phases, args.n)
+    return report(facts, counts, phases, args)
 
 
 def _gateway(
-    children: Children, worker_argv: list[str], out_dir: Path, args: argparse.Namespace
+    children: Children, worker_cmd: list[str], out_dir: Path, args: argparse.Namespace
 ) -> tuple[dict[str, float], dict[str, dict[str, float]] | None]:
-    port, _ = start_announcing(children, "mock worker", worker_argv, None)
+    port, _ = start_announcing(children, "mock worker", worker_cmd, None)
     models = {MODEL: f"http://127.0.0.1:{port}"}
     wrap = callgrind_wrap(out_dir, "gateway")
     with gateway_stack(children, models, None, None, wrap=wrap, timeout_s=300) as stack:
         client = Client(stack.base, stack.limited_key)
-        counted = count(stack.gateway_pid, out_dir, client, args.n, args.settle_s)
+        kinds = request_kinds(args.tokens)
+        counted = count(stack.gateway_pid, out_dir, client, kinds, args.n, args.settle_s)
         client.close()
     if not args.phases:
         return counted, None
@@ -231,12 +245,12 @@ def _gateway(
     if spy is None:
         raise RuntimeError("--phases needs py-spy: .venv/bin/pip install py-spy")
     children.step("gateway under py-spy (phases)")
-    port, _ = start_announcing(children, "mock worker", worker_argv, None)
+    port, _ = start_announcing(children, "mock worker", worker_cmd, None)
     models = {MODEL: f"http://127.0.0.1:{port}"}
     shares = {}
     with gateway_stack(children, models, None, None) as stack:
         client = Client(stack.base, stack.limited_key)
-        for kind, body in KINDS.items():
+        for kind, body in kinds.items():
             shares[kind] = _profile(spy, stack.gateway_pid, out_dir / f"{kind}.txt", client, body)
         client.close()
     return counted, shares
@@ -264,26 +278,28 @@ def report(
     facts: list[str],
     counts: dict[str, dict[str, float]],
     phases: dict[str, dict[str, float]] | None,
-    n: int,
+    args: argparse.Namespace,
 ) -> str:
-    title = f"instructions per request (callgrind, {n} sequential requests per kind, after {WARMUP})"
-    lines = [*facts, "", title]
+    title = f"instructions per request (callgrind, {args.n} sequential requests per kind, after {WARMUP})"
+    paced = f", {args.token_delay_ms:g} ms apart" if args.token_delay_ms else ""
+    lines = [*facts, "", title, f"  (answers of {args.tokens} tokens{paced})"]
+    kinds = list(request_kinds(args.tokens))
     lines.append(f"  {'kind':<12} {'bare proxy':>12} {'gateway':>12} {'ratio':>7}")
-    for kind in KINDS:
+    for kind in kinds:
         bare, gw = counts["bare proxy"][kind], counts["gateway"][kind]
         lines.append(f"  {kind:<12} {bare / 1e6:>10.3f} M {gw / 1e6:>10.3f} M {gw / bare:>6.2f}x")
     if phases:
         lines += ["", "gateway per phase (py-spy shares x callgrind instructions per request)"]
-        lines.append(f"  {'phase':<28} " + " ".join(f"{kind:>20}" for kind in KINDS))
+        lines.append(f"  {'phase':<28} " + " ".join(f"{kind:>20}" for kind in kinds))
         for phase in (*PHASES, "event loop and other"):
             cells = []
-            for kind in KINDS:
+            for kind in kinds:
                 share = phases[kind].get(phase, 0.0)
                 cells.append(f"{share * counts['gateway'][kind] / 1e6:>8.3f} M ({share:5.1%})")
             lines.append(f"  {phase:<28} " + " ".join(f"{cell:>20}" for cell in cells))
-        whole = " ".join(f"{counts['bare proxy'][kind] / 1e6:>8.3f} M {'':>9}" for kind in KINDS)
+        whole = " ".join(f"{counts['bare proxy'][kind] / 1e6:>8.3f} M {'':>9}" for kind in kinds)
         lines.append(f"  {'bare proxy, whole request':<28} {whole}")
-        samples = " ".join(f"{int(phases[kind]['samples']):>20}" for kind in KINDS)
+        samples = " ".join(f"{int(phases[kind]['samples']):>20}" for kind in kinds)
         lines.append(f"  {'(py-spy samples)':<28} {samples}")
     return "\n".join(lines)
 
@@ -296,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phases", action="store_true", help="also the per-phase table (needs py-spy)")
     parser.add_argument(
         "--tracing", action="store_true", help="the gateway with tracing off, at 0%%, by default, at 100%%"
+    )
+    parser.add_argument("--tokens", type=int, default=16, help="tokens per answer (16)")
+    parser.add_argument(
+        "--token-delay-ms", type=float, default=0.0, help="a stream's pause before each delta (0)"
     )
     parser.add_argument("--keep", metavar="DIR", help="keep callgrind's dumps and py-spy's stacks in DIR")
     parser.add_argument(

@@ -49,6 +49,9 @@ STREAM_HEADERS = (
 # How long a stream cut by the drain may take to write its last event (well inside the server's
 # grace for cut requests, so it is settled before metering is flushed).
 SHUTDOWN_WRITE_S = 1.0
+# How long a worker connection waits for its answer's end (the chunked body's last chunk) after the
+# event that ended the stream, before it goes back to the pool; past it, it is closed.
+STREAM_END_LINGER_S = 1.0
 
 
 class ClientStalled(Exception):
@@ -96,6 +99,7 @@ class StreamRelay:
         self._stream_deadline = stream_deadline
         self._max_event_bytes = max_event_bytes
         self._abort_client = abort_client
+        self._worker_ended = False  # the worker's stream ended as it should ([DONE] or its API's end)
 
     def _sent_headers(self) -> list[tuple[bytes, bytes]]:
         """Hands the headers over once: a stream can stay open for hours, and its headers need not."""
@@ -125,9 +129,14 @@ class StreamRelay:
             self.outcome.disconnected = True
         finally:
             await watch.close()
-            # Closing (not releasing) drops the worker connection, which is what makes an
-            # engine like vLLM abort the generation.
-            self._upstream.close()
+            if self._worker_ended:
+                # The worker ended its stream: its connection can carry the next request (a new
+                # one per stream cost a connect, a round trip through the worker, every time).
+                self._upstream.release(linger_s=STREAM_END_LINGER_S)
+            else:
+                # Closing (not releasing) drops the worker connection, which is what makes an
+                # engine like vLLM abort the generation.
+                self._upstream.close()
 
     async def _end_for_shutdown(self, send: Send, watch: ClientWatch) -> None:
         """The drain ran out with this stream open: the client gets its API's error event (and the
@@ -266,6 +275,7 @@ class StreamRelay:
             outcome.error_reason = Failure.STREAM_BROKEN
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream broke off.")
         if batch.done and failure is None:
+            self._worker_ended = True
             await self._write(send, {"type": "http.response.body", "body": b"", "more_body": False})
             return
         # A stream that timed out or ended before its first output counts against the endpoint; one

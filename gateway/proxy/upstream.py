@@ -84,10 +84,11 @@ class UpstreamResponse:
             self.verdict_pending = False
             self.pool.report(self.endpoint, verdict, trial=self.trial)
 
-    def release(self) -> None:
-        """Give the endpoint's in-flight slot back and close the worker connection if unread."""
+    def release(self, *, linger_s: float = 0.0) -> None:
+        """Give the endpoint's in-flight slot back and close the worker connection if unread (or,
+        with `linger_s`, if its answer does not end within that)."""
         self._give_back()
-        self.response.release()
+        self.response.release(linger_s=linger_s)
 
     def close(self) -> None:
         """The same, dropping the worker connection (an engine aborts the generation then)."""

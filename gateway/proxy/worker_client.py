@@ -175,11 +175,17 @@ class WorkerResponse:
         media_type = self.headers.get("content-type", "").partition(";")[0]
         return media_type.strip().lower() == "text/event-stream"
 
-    def release(self) -> None:
-        """Done with it: a connection whose answer was read whole goes back to the pool."""
+    def release(self, *, linger_s: float = 0.0) -> None:
+        """Done with it: a connection whose answer was read whole goes back to the pool. With
+        `linger_s`, one whose answer has not ended yet (a stream's last chunk still on its way
+        after the event that ended the stream) waits that long for the end, then goes back."""
         conn, self._conn = self._conn, None
-        if conn is not None:  # once: by then the connection may carry another request
+        if conn is None:  # once: by then the connection may carry another request
+            return
+        if self.content.done or linger_s <= 0:
             conn.finished(reuse=self.content.done)
+        else:
+            conn.linger(linger_s)
 
     def close(self) -> None:
         """Done with it, dropping the connection (an engine aborts the generation then)."""
@@ -200,6 +206,7 @@ class _Connection(asyncio.Protocol):
         "_headers",
         "_heard",
         "_keep_alive",
+        "_linger",
         "_parser",
         "_paused",
         "_response",
@@ -226,6 +233,8 @@ class _Connection(asyncio.Protocol):
         self._paused = False
         self._heard = False  # a byte of the answer arrived
         self._fed_body = False  # the read being parsed held body bytes
+        # Waiting for the end of an answer its reader is done with (`linger`): its deadline.
+        self._linger: asyncio.TimerHandle | None = None
         self.closed = False
         self.idle_since = 0.0
 
@@ -253,6 +262,8 @@ class _Connection(asyncio.Protocol):
             raise
 
     def finished(self, *, reuse: bool) -> None:
+        if self._linger is not None:
+            self._stop_lingering()
         self._response = None
         # A connection paused for an unread body stays paused: it would never read the next answer.
         if reuse and self._keep_alive and not self.closed and not self._paused:
@@ -260,7 +271,32 @@ class _Connection(asyncio.Protocol):
         else:
             self.close()
 
+    def linger(self, seconds: float) -> None:
+        """Keeps the connection until its answer ends, reading nothing more: then it goes back to
+        the pool. A body byte meanwhile (there should be none), or no end within `seconds`, closes
+        it: a worker that never ends its answer holds the connection that long at most."""
+        response = self._response
+        if self.closed or self._paused or response is None or response.content._chunks:
+            self.finished(reuse=False)  # unread bytes after the stream's end: not reusable
+            return
+        self._linger = asyncio.get_running_loop().call_later(seconds, self.close)
+
+    def _lingered(self) -> None:
+        """After a read while lingering: the answer's end pools the connection; body bytes close it."""
+        content = self._response.content if self._response is not None else None
+        if content is None or content._chunks:
+            self.finished(reuse=False)
+        elif content.done:
+            self.finished(reuse=True)
+
+    def _stop_lingering(self) -> None:
+        assert self._linger is not None
+        self._linger.cancel()
+        self._linger = None
+
     def close(self) -> None:
+        if self._linger is not None:
+            self._stop_lingering()
         if not self.closed:
             self.closed = True
             if self.transport is not None:
@@ -305,6 +341,8 @@ class _Connection(asyncio.Protocol):
                 self._fail(Malformed(too_large) if self._response is None else BrokenOff(too_large))
         else:
             self._head_bytes = 0
+        if self._linger is not None and not self.closed:
+            self._lingered()
 
     def eof_received(self) -> bool | None:
         return None  # close the transport: connection_lost settles what was in flight

@@ -21,6 +21,7 @@ from gateway.proxy.worker_client import (
     WorkerClient,
     WorkerResponse,
 )
+from tests.waiting import eventually
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 DEADLINE_S = 10.0
@@ -214,6 +215,77 @@ def test_a_chunked_answer_cut_off_is_broken_off_after_what_arrived() -> None:
     first, error = asyncio.run(scenario())
     assert first.startswith(b"hello")
     assert error is BrokenOff
+
+
+STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+DONE_CHUNK = b"e\r\ndata: [DONE]\n\n\r\n"
+
+
+def ending_later(after_done: asyncio.Event, then: bytes) -> Answer:
+    """A stream whose `[DONE]` event comes in one write and `then` (its last chunk, or more body)
+    once `after_done` is set: a worker whose answer's end trails the stream's end."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(STREAM_HEAD + DONE_CHUNK)
+        await writer.drain()
+        await after_done.wait()
+        after_done.clear()
+        writer.write(then)
+        await writer.drain()
+
+    return answer
+
+
+async def read_to_done(response: WorkerResponse) -> bytes:
+    seen = b""
+    while b"[DONE]" not in seen:
+        seen += await response.content.readany()
+    return seen
+
+
+def test_a_stream_whose_last_chunk_trails_its_end_goes_back_to_the_pool_when_it_comes() -> None:
+    async def scenario() -> int:
+        after_done = asyncio.Event()
+        async with Server(ending_later(after_done, b"0\r\n\r\n")) as server:
+            client = WorkerClient()
+            for _ in range(3):
+                response = await post(client, server)
+                await read_to_done(response)
+                assert not response.content.is_eof()  # the answer's end is still to come
+                response.release(linger_s=DEADLINE_S)
+                after_done.set()
+                await eventually(lambda: any(client._idle.values()), "the connection back in the pool")
+            await client.aclose()
+            return server.connections
+
+    assert asyncio.run(scenario()) == 1
+
+
+@pytest.mark.parametrize(
+    "then",
+    [b"", b'f\r\ndata: {"x":1}\n\n\r\n0\r\n\r\n'],
+    ids=["no-end-in-time", "body-after-the-end"],
+)
+def test_a_stream_whose_answer_does_not_end_cleanly_after_its_end_is_closed(then: bytes) -> None:
+    """No end within the linger, or more body after the event that ended the stream: the
+    connection is closed, never pooled."""
+
+    async def scenario() -> int:
+        after_done = asyncio.Event()
+        async with Server(ending_later(after_done, then)) as server:
+            client = WorkerClient()
+            response = await post(client, server)
+            await read_to_done(response)
+            response.release(linger_s=0.05 if not then else DEADLINE_S)
+            after_done.set()
+            await asyncio.wait_for(server.closed.wait(), DEADLINE_S)
+            response = await post(client, server)  # on a new connection
+            await read_to_done(response)
+            response.close()
+            await client.aclose()
+            return server.connections
+
+    assert asyncio.run(scenario()) == 2
 
 
 def test_a_second_answer_to_one_request_closes_the_connection_and_leaves_the_first_whole() -> None:
