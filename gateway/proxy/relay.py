@@ -33,6 +33,7 @@ from gateway.proxy.dialect import ClientStream, StreamTooLarge
 from gateway.proxy.disconnect import ClientWatch
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.sse import SSEEvent, SSEParser
+from gateway.proxy.stream_deadlines import StreamDeadlines
 from gateway.proxy.upstream import UpstreamResponse
 from gateway.proxy.usage import Usage
 from gateway.proxy.worker_client import Body, WorkerHttpError
@@ -200,15 +201,20 @@ class StreamRelay:
         parser = self._parser
         outcome = self.outcome
         idle = self._idle_timeout_s
-        write_s = min(idle, self._write_stall_s)
         stream_deadline = self._stream_deadline
-        # The worker's deadline: its first output by first_token, then each next within idle.
-        waiting_until = min(self._first_token_deadline, stream_deadline)
-        sending = False  # one timer bounds both sides: this says whose wait it cut short
         batch = Batch()
         failure: GatewayError | None = None
+        deadlines: StreamDeadlines | None = None
         try:
-            async with asyncio.timeout_at(waiting_until) as timer:
+            async with asyncio.timeout(None) as timer:
+                # The worker's first output by first_token, then each next within idle; each write
+                # taken by the client within write_s: times written down per event, one timer.
+                deadlines = StreamDeadlines(
+                    timer,
+                    worker_by=self._first_token_deadline,
+                    write_s=min(idle, self._write_stall_s),
+                    stream_deadline=stream_deadline,
+                )
                 while not batch.done:
                     if self._keepalive is None:
                         chunk = await content.readany()
@@ -229,27 +235,20 @@ class StreamRelay:
                             watch.delivered()  # a client that hangs up now has not left early
                         now = loop.time()
                         if batch.output:
-                            waiting_until = min(now + idle, stream_deadline)
+                            deadlines.worker_by = now + idle
                         if batch.usage is not None:
                             self._worker_usage = batch.usage
                         if batch.out:
-                            # The client must take the write within write_s (uvicorn's send waits
-                            # while its socket buffer is full). One timer bounds the write and then,
-                            # moved back below, the worker: one timer move on the hot path.
-                            write_by = min(now + write_s, stream_deadline)
-                            if timer.when() != write_by:
-                                timer.reschedule(write_by)
-                            sending = True
+                            # uvicorn's send waits while the client's socket buffer is full.
+                            deadlines.sending_since = now
                             await send({"type": "http.response.body", "body": batch.out, "more_body": True})
-                            sending = False
+                            deadlines.sending_since = None
                         if batch.usage is not None:
                             # Written to the client's socket: uvicorn's send returns without writing
                             # once the client is gone, but wakes the watch first, whose cancellation
                             # then lands on that send.
                             outcome.relayed_usage = batch.usage
                         failure = batch.failure
-                        if timer.when() != waiting_until:
-                            timer.reschedule(waiting_until)
                     if parser.too_large and not batch.done:
                         outcome.error_reason = Failure.EVENT_TOO_LARGE
                         failure = GatewayError(
@@ -262,7 +261,7 @@ class StreamRelay:
                 failure = GatewayError(
                     ErrorCode.UPSTREAM_TIMEOUT, "The stream ran past the model's time limit for a stream."
                 )
-            elif sending:
+            elif deadlines is not None and deadlines.sending_since is not None:
                 raise ClientStalled from None
             else:
                 waited = "first token" if outcome.first_token_at is None else "next token"
@@ -274,6 +273,9 @@ class StreamRelay:
         except WorkerHttpError:
             outcome.error_reason = Failure.STREAM_BROKEN
             failure = GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker's stream broke off.")
+        finally:
+            if deadlines is not None:
+                deadlines.close()
         if batch.done and failure is None:
             self._worker_ended = True
             await self._write(send, {"type": "http.response.body", "body": b"", "more_body": False})
