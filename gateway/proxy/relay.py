@@ -167,7 +167,7 @@ class StreamRelay:
         if buffered:
             events = self._parser.feed(buffered)
             if events:
-                usage = self._process(events).usage
+                usage = self._process(events, Batch()).usage
                 if usage is not None:
                     self._worker_usage = usage
         self.outcome.stalled_usage = self._worker_usage
@@ -224,7 +224,7 @@ class StreamRelay:
                         break
                     events = parser.feed(chunk)
                     if events:
-                        batch = self._process(events)
+                        self._process(events, batch)
                         if batch.stored_id is not None and self._remember is not None:
                             await self._remember(batch.stored_id)
                         if batch.output and upstream.verdict_pending:
@@ -306,10 +306,13 @@ class StreamRelay:
                     send, {"type": "http.response.body", "body": self._keepalive, "more_body": True}
                 )
 
-    def _process(self, events: list[SSEEvent]) -> Batch:
+    def _process(self, events: list[SSEEvent], batch: Batch) -> Batch:
         """The client's bytes for a batch of worker events, and what they said (the worker's
-        protocol reads them): the end, a failure, the last cumulative usage among them."""
-        batch = Batch()
+        protocol reads them): the end, a failure, the last cumulative usage among them. `batch`
+        is the stream's one, told afresh each time (one object a stream, not one an event)."""
+        batch.done = batch.output = False
+        batch.failure = batch.usage = None
+        batch.stored_id = None
         out: list[bytes] = []
         outcome = self.outcome
         client = self._client

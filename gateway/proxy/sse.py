@@ -13,11 +13,12 @@ a worker sends can make it hold more than that.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class SSEEvent:
+class SSEEvent(NamedTuple):
+    """A tuple, so made without an `__init__` in Python: one per event of every stream."""
+
     raw: bytes  # the event as received, normalised to `\n` line ends, with its blank line
     data: bytes | None  # the joined `data:` lines, or None for a comment / field-only event
 
@@ -61,7 +62,11 @@ class SSEParser:
                 self._overflow()
                 return events
             block = chunk[start : end + 2]
-            events.append(SSEEvent(block, _data_of(block)))
+            if chunk.startswith(b"data: ", start) and chunk.find(b"\n", start) == end:
+                # The one-line `data: ...` event every OpenAI server sends (_data_of, inlined).
+                events.append(SSEEvent(block, block[6:-2]))
+            else:
+                events.append(SSEEvent(block, _data_of(block)))
             start = end + 2
         if start < len(chunk):
             rest = chunk[start:] if start else chunk
