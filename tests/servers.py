@@ -43,17 +43,18 @@ def run_uvicorn(
     sock: socket.socket | None = None,
     timeout_s: float = 10.0,
     settings: Settings | None = None,
+    loop: str = "asyncio",
 ) -> Iterator[str]:
     """Serve `app` with uvicorn in a background thread; yield its base URL; stop it on exit.
 
     The server is configured as `sluicegate serve` configures it (the connection bounds of
-    `settings`, default ones unless given), on asyncio rather than uvloop."""
+    `settings`, default ones unless given), on asyncio rather than uvloop unless `loop` says."""
     sock = sock or listening_socket()
     port = sock.getsockname()[1]
     settings = settings or Settings()
     # No log config of uvicorn's own (uvicorn_config): its records reach the root logger, where
     # tests read them.
-    config = uvicorn_config(app, settings, loop="asyncio", graceful_shutdown_s=2, log_level="warning")
+    config = uvicorn_config(app, settings, loop=loop, graceful_shutdown_s=2, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import resource
 import socket
+import weakref
 from typing import Any, ClassVar
 
 import uvicorn
@@ -32,6 +33,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from gateway.config import Settings
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.body import BODY_ARRIVED_EXTENSION
+from gateway.http.direct_send import DIRECT_SEND_EXTENSION
 from gateway.proxy.disconnect import ABORT_EXTENSION, GONE_EXTENSION, WRITE_ROOM_EXTENSION, GoneHooks
 
 # Requests a client may queue behind the one being answered (HTTP/1.1 pipelining). uvicorn pauses
@@ -175,6 +177,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         ordinal = self._heads_completed
         extensions: dict[str, Any] = self.scope["extensions"]
         extensions[BODY_ARRIVED_EXTENSION] = lambda: self._bodies_completed >= ordinal
+        # This request's own cycle (a pipelined request's is not `self.cycle` for long): its send,
+        # for a stream's events (gateway/http/direct_send.py). Weakly: the cycle holds the scope.
+        extensions[DIRECT_SEND_EXTENSION] = weakref.WeakMethod(self.cycle.send)
         if len(self.pipeline) > MAX_PIPELINED:
             self._close()
 

@@ -29,6 +29,7 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.config import Settings
 from gateway.drain import Drain
 from gateway.errors import ErrorCode, Failure, GatewayError
+from gateway.http.direct_send import direct_send
 from gateway.proxy.dialect import ClientStream, StreamTooLarge
 from gateway.proxy.disconnect import ClientWatch
 from gateway.proxy.settlement import Outcome
@@ -114,7 +115,8 @@ class StreamRelay:
             await self._write(
                 send, {"type": "http.response.start", "status": 200, "headers": self._sent_headers()}
             )
-            await self._pump(send, watch)
+            # The start went through the middleware; the events need not.
+            await self._pump(send if scope is None else direct_send(scope, send), watch)
         except ClientStalled:
             self._bill_worker_usage()
             await self._cut_client(watch)

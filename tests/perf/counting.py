@@ -153,6 +153,11 @@ class CommandLog:
                 with self._lock:
                     self._commands[self._name(words)] += 1
 
+    def load_scripts(self) -> None:
+        """Loads every gateway script into Redis, as a gateway's first call of each would."""
+        for path in (Path(GATEWAY_DIR) / "redis" / "lua").glob("*.lua"):
+            self._client.script_load(path.read_text(encoding="utf-8"))
+
     def mark(self) -> Counter[str]:
         """The commands counted since the last mark."""
         token = "budget-mark-" + os.urandom(6).hex()

@@ -8,6 +8,11 @@ exactly; what the gateway batches in the background (fair-share updates, the SCR
 redis-py sends before each usage batch) is bounded by its worst case, one batch per request. A
 count past its record (plus a little headroom for dependency releases) fails;
 `SLUICEGATE_BUDGET_RECORD=1` writes lower counts back, never higher ones.
+
+A kept-alive worker connection's own callbacks (`data_received`, `on_body`: two per event of a
+stream) run in the context of the request that opened it, so they count to that request, not to
+the ones that use the connection later: the stream's count holds the relay's calls per event
+(the read, the SSE split, the worker protocol's and the client API's reading), not the socket's.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from tests.conftest import FAKE_MODEL, SessionLog, default_table
 from tests.perf.counting import CommandLog, Counted, describe
 from tests.servers import listening_socket, run_uvicorn
 from tests.waiting import wait_until
+from workers.fake.app import create_app as create_fake_worker
 
 BUDGET_PATH = Path(__file__).with_name("budget.json")
 REQUESTS = 20
@@ -64,7 +70,16 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(redis_server: EmbeddedRedis, fake_worker: str, session_log: SessionLog) -> Iterator[Stack]:
+def paced_worker() -> Iterator[str]:
+    """The fake worker on uvloop, as engines serve (vLLM's uvicorn): there a paced stream's events
+    leave one write each on a kept-alive connection too, where uvicorn on asyncio's own loop sends
+    a stream after the first on a connection in one piece, at its end."""
+    with run_uvicorn(create_fake_worker([FAKE_MODEL]), loop="uvloop") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def stack(redis_server: EmbeddedRedis, paced_worker: str, session_log: SessionLog) -> Iterator[Stack]:
     admin_token = "adm-" + secrets.token_urlsafe(32)
     session_log.secrets.append(admin_token)
     sock = listening_socket()
@@ -78,9 +93,10 @@ def stack(redis_server: EmbeddedRedis, fake_worker: str, session_log: SessionLog
         # add a look-up to one of them.
         key_cache_ttl_s=3600.0,
     )
-    counted = Counted(create_app(settings, default_table(fake_worker)))
+    counted = Counted(create_app(settings, default_table(paced_worker)))
     with run_uvicorn(counted, sock=sock, settings=settings) as url:
         log = CommandLog(redis_server.url)
+        log.load_scripts()  # a script first called while counting would add its SCRIPT LOAD
         try:
             yield Stack(url, counted, AdminClient(url, admin_token), log, session_log.secrets)
         finally:

@@ -1,0 +1,42 @@
+"""A stream's events go to the server's own send (gateway/http/direct_send.py), and what offered
+it leaves no reference cycle behind: each request's server object (uvicorn's cycle, which holds
+its scope) is freed when the request ends, not left for the garbage collector."""
+
+from __future__ import annotations
+
+import gc
+import http.client
+import json
+
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+from tests.conftest import FAKE_MODEL, Gateway
+
+REQUESTS = 10
+
+
+def _cycles_in(objects: list[object]) -> int:
+    return sum(isinstance(o, RequestResponseCycle) for o in objects)
+
+
+def test_streamed_requests_leave_no_server_object_for_the_garbage_collector(gateway: Gateway) -> None:
+    key = gateway.new_key()["key"]
+    host, port = gateway.url.removeprefix("http://").split(":")
+    body = json.dumps({"model": FAKE_MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector frees is kept in gc.garbage to be counted
+    try:
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        for _ in range(REQUESTS):
+            conn.request("POST", "/v1/chat/completions", body=body, headers=headers)
+            reply = conn.getresponse()
+            assert reply.status == 200
+            assert reply.read().rstrip().endswith(b"data: [DONE]")
+        conn.close()
+        gc.collect()
+        left_for_the_collector = _cycles_in(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert left_for_the_collector == 0
