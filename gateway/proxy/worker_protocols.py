@@ -91,33 +91,6 @@ def failure_event(error: Any) -> GatewayError:
 # -- the OpenAI chat contract ------------------------------------------------------------------
 
 
-def _note_choices(choices: list[Any], outcome: Outcome) -> bool:
-    """Notes generated text and finish reasons; whether there was any (what keeps a stream alive)."""
-    generated = False
-    finished = False
-    for choice in choices:
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        if isinstance(delta, dict):
-            if delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content"):
-                generated = True
-        elif choice.get("text"):
-            generated = True
-        reason = choice.get("finish_reason")
-        if isinstance(reason, str) and reason:
-            outcome.finish_reason = reason
-            finished = True
-    if generated:
-        # `_generated`, inline: this runs for every chunk of every chat stream.
-        now = time.perf_counter()
-        if outcome.first_token_at is None:
-            outcome.first_token_at = now
-        outcome.last_token_at = now
-        outcome.tokens_relayed += 1
-    return generated or finished
-
-
 class ChatReader:
     """Chunks of `chat.completion.chunk` / `text_completion`, ended by `data: [DONE]` (handled
     by the relay, the same for every protocol)."""
@@ -131,8 +104,30 @@ class ChatReader:
             batch.done = batch.output = True
             return
         choices = chunk.get("choices")
-        if isinstance(choices, list) and _note_choices(choices, outcome):
-            batch.output = True
+        if isinstance(choices, list):
+            # Generated text and finish reasons (what keeps a stream alive), read inline: this
+            # runs for every chunk of every chat stream.
+            generated = False
+            for choice in choices:
+                if not isinstance(choice, dict):
+                    continue
+                delta = choice.get("delta")
+                if isinstance(delta, dict):
+                    if delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content"):
+                        generated = True
+                elif choice.get("text"):
+                    generated = True
+                reason = choice.get("finish_reason")
+                if isinstance(reason, str) and reason:
+                    outcome.finish_reason = reason
+                    batch.output = True
+            if generated:
+                batch.output = True
+                now = time.perf_counter()
+                if outcome.first_token_at is None:
+                    outcome.first_token_at = now
+                outcome.last_token_at = now
+                outcome.tokens_relayed += 1
         if "usage" in chunk and chunk["usage"] is not None:
             if choices == []:
                 batch.output = True  # the final report (a per-chunk one rides on a delta)
