@@ -6,11 +6,12 @@ timing or a client hanging up; every streaming test goes through one of these in
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import uvicorn
@@ -73,4 +74,42 @@ def run_uvicorn(
     finally:
         server.should_exit = True
         thread.join(timeout=timeout_s)
+        sock.close()
+
+
+RawHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One HTTP/1.1 request from a raw connection: its head, and its body by content-length."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return head, await reader.readexactly(length)
+
+
+@contextlib.contextmanager
+def run_raw_server(handler: RawHandler) -> Iterator[str]:
+    """A raw asyncio server (`handler` per connection, bytes exactly as a test scripts them) on an
+    event loop in a thread of its own; yields its base URL; stops it on exit."""
+    sock = listening_socket()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = asyncio.run_coroutine_threadsafe(asyncio.start_server(handler, sock=sock), loop).result(10)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+
+        async def stop() -> None:
+            server.close()
+            await server.wait_closed()
+
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
         sock.close()

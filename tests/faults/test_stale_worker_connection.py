@@ -12,15 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
-from collections.abc import Iterator
 
 from gateway.model_table import ModelConfig, ModelTable
 from gateway.proxy.worker_client import KEEPALIVE_S
 from tests.conftest import GatewayFactory
 from tests.http import post
 from tests.routing.conftest import endpoint_view, metric
-from tests.servers import listening_socket
+from tests.servers import read_request, run_raw_server
 
 MODEL = "m"
 
@@ -33,22 +31,12 @@ class ClosingWorker:
         self.posts = 0
         self.answered = 0
         self.dropped = 0
-        self._sock = listening_socket()
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         served = 0
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
+                head, _ = await read_request(reader)
                 self.posts += head.startswith(b"POST")
                 if (served or self._drop_all) and head.startswith(b"POST"):
                     self.dropped += 1
@@ -82,25 +70,8 @@ class ClosingWorker:
                     break
         writer.close()
 
-    @contextlib.contextmanager
-    def running(self) -> Iterator[str]:
-        self._thread.start()
-        server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._connection, sock=self._sock), self._loop
-        ).result(10)
-        try:
-            yield self.url
-        finally:
-
-            async def stop() -> None:
-                server.close()
-                await server.wait_closed()
-
-            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            self._loop.close()
-            self._sock.close()
+    def running(self) -> contextlib.AbstractContextManager[str]:
+        return run_raw_server(self._connection)
 
 
 def test_a_request_on_a_connection_the_worker_closed_is_sent_again_on_a_fresh_one(

@@ -12,13 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
-from collections.abc import Iterator
 
 from gateway.model_table import ModelConfig, ModelTable
 from tests.conftest import GatewayFactory
 from tests.http import post, sse_data
-from tests.servers import listening_socket
+from tests.servers import read_request, run_raw_server
 
 MODEL = "m"
 
@@ -36,22 +34,12 @@ class CountingWorker:
         self.connections = 0  # that carried a request (the health probes come on their own)
         self.posts = 0
         self.closed_by_gateway = 0
-        self._sock = listening_socket()
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         carried_a_post = False
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                data = await reader.readexactly(length)
+                head, data = await read_request(reader)
                 if not head.startswith(b"POST"):  # the gateway's health probes
                     models = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
                     writer.write(
@@ -90,25 +78,8 @@ class CountingWorker:
         finally:
             writer.close()
 
-    @contextlib.contextmanager
-    def running(self) -> Iterator[str]:
-        self._thread.start()
-        server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._connection, sock=self._sock), self._loop
-        ).result(10)
-        try:
-            yield self.url
-        finally:
-
-            async def stop() -> None:
-                server.close()
-                await server.wait_closed()
-
-            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            self._loop.close()
-            self._sock.close()
+    def running(self) -> contextlib.AbstractContextManager[str]:
+        return run_raw_server(self._connection)
 
 
 def _table(url: str) -> ModelTable:

@@ -21,6 +21,7 @@ from gateway.proxy.worker_client import (
     WorkerClient,
     WorkerResponse,
 )
+from tests.servers import read_request
 from tests.waiting import eventually
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
@@ -53,13 +54,8 @@ class Server:
         self.connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.lower() == b"content-length":
-                        length = int(value)
-                self.requests.append(head + await reader.readexactly(length))
+                head, body = await read_request(reader)
+                self.requests.append(head + body)
                 await self.answer(reader, writer)
         except (asyncio.IncompleteReadError, ConnectionError):
             self.closed.set()
