@@ -250,9 +250,9 @@ class _Connection(asyncio.Protocol):
         self._heard = self._fed_body = False
         self._keep_alive = self._until_close = False
         try:
-            transport.write(head)
-            if body:
-                transport.write(body)
+            # Head and body in one write (writev): in two, the worker woke for a head alone, and
+            # read its body on a second wake-up, on every request.
+            transport.writelines((head, body))
             return await waiter
         except BaseException:
             # Cancelled (a deadline, the client left) or failed before the head: the connection
