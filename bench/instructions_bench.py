@@ -33,9 +33,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import cli
 from harness.cpu import machine_facts
 from harness.phases import PHASES, phase_shares
-from harness.procs import Children, gateway_stack, guarded, start_announcing, start_bare_proxy
+from harness.procs import Children, gateway_stack, start_announcing, start_bare_proxy
 from harness.profile import find_py_spy
 from tracing_bench import otlp_receiver
 
@@ -322,12 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         "--settle-s", type=float, default=0.5, help="pause after the last request before counting stops"
     )
     args = parser.parse_args(argv)
-    children = Children()
-    report_text = guarded(children, 3600, lambda: run(args, children))
-    if report_text is None:
-        return 1
-    print(report_text)
-    return 0
+    return cli.print_report(3600, lambda children: run(args, children))
 
 
 if __name__ == "__main__":

@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
+from harness import cli
 from harness.cpu import Monitor, machine_facts, pin, split_cpus
 from harness.load import Load, Target, chat_body, open_session
-from harness.procs import Children, gateway_stack, guarded, start_announcing, start_bare_proxy
+from harness.procs import Children, gateway_stack, start_announcing, start_bare_proxy
 
 MOCK_WORKER = Path(__file__).resolve().parent / "mock_worker.py"
 MARKS_RUNNER = Path(__file__).resolve().parent / "harness" / "ttft_marks.py"
@@ -133,12 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--side-s", type=float, default=1.5, help="seconds per side per round (1.5)")
     parser.add_argument("--token-delay-ms", type=float, default=2.0, help="the worker's pause per token (2)")
     args = parser.parse_args(argv)
-    children = Children()
-    report = guarded(children, 600, lambda: run(args, children))
-    if report is None:
-        return 1
-    print(report)
-    return 0
+    return cli.print_report(600, lambda children: run(args, children))
 
 
 if __name__ == "__main__":

@@ -42,3 +42,14 @@ def run_to_report(
     print(text)
     write_json(json_path, {"plan": asdict(plan), **summary})
     return 0
+
+
+def print_report(hard_limit_s: int, work: Callable[[Children], str]) -> int:
+    """Runs `work` (given the run's children) under the watchdog and prints the report it returns;
+    the exit status: 1 when it did not finish."""
+    children = Children()
+    text = guarded(children, hard_limit_s, lambda: work(children))
+    if text is None:
+        return 1
+    print(text)
+    return 0

@@ -70,6 +70,7 @@ RULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         (
             ("gateway/proxy/upstream.py", ""),
             ("gateway/proxy/worker_client.py", ""),
+            ("gateway/proxy/worker_connection.py", ""),
             ("gateway/proxy/forwarding.py", ""),
             ("aiohttp/", ""),
         ),

@@ -26,14 +26,8 @@ import aiohttp
 from gateway.errors import ErrorCode, Failure, GatewayError
 from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
-from gateway.proxy.worker_client import (
-    KEEPALIVE_S,
-    LocalExhaustion,
-    Unreachable,
-    WorkerClient,
-    WorkerHttpError,
-    WorkerResponse,
-)
+from gateway.proxy.worker_client import KEEPALIVE_S, WorkerClient
+from gateway.proxy.worker_connection import LocalExhaustion, Unreachable, WorkerHttpError, WorkerResponse
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.health import ENDPOINT_FAILED, NO_VERDICT, SERVED, Verdict, VerdictKind
 from gateway.routing.policy import RouteRequest

@@ -1,8 +1,9 @@
-"""gateway/proxy/worker_client.py, the HTTP/1.1 client of the worker call, against raw servers on
-real sockets that answer exactly the bytes each test scripts: keep-alive reuse, the bounds on an
-answer's head and on the unread body it holds, answers that end with their connection or break
-off, a second answer to one request, a cancelled request, a header that would split a request,
-and a connect that fails for want of this process's descriptors."""
+"""gateway/proxy/worker_client.py and worker_connection.py, the HTTP/1.1 client of the worker
+call, against raw servers on real sockets that answer exactly the bytes each test scripts:
+keep-alive reuse, the bounds on an answer's head and on the unread body it holds, answers that end
+with their connection or break off, a stream's last chunk after its end, a second answer to one
+request, a cancelled request, a header that would split a request, and a connect that fails for
+want of this process's descriptors."""
 
 from __future__ import annotations
 
@@ -14,13 +15,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from gateway.proxy.worker_client import (
-    MAX_HEAD_BYTES,
-    BrokenOff,
-    Malformed,
-    WorkerClient,
-    WorkerResponse,
-)
+from gateway.proxy.worker_client import WorkerClient
+from gateway.proxy.worker_connection import MAX_HEAD_BYTES, BrokenOff, Malformed, WorkerResponse
 from tests.servers import read_request
 from tests.waiting import eventually
 
@@ -454,7 +450,8 @@ def test_a_connect_without_a_descriptor_left_is_local_exhaustion_not_the_workers
     script = textwrap.dedent(
         """
         import asyncio, os, resource
-        from gateway.proxy.worker_client import LocalExhaustion, WorkerClient
+        from gateway.proxy.worker_client import WorkerClient
+        from gateway.proxy.worker_connection import LocalExhaustion
 
         async def main():
             client = WorkerClient()
