@@ -21,14 +21,16 @@ It relies on uvicorn's internals (the parser callbacks and per-connection state 
 from __future__ import annotations
 
 import asyncio
+import functools
 import resource
 import socket
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from gateway.config import Settings
 from gateway.errors import ErrorCode, GatewayError
@@ -179,7 +181,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         extensions[BODY_ARRIVED_EXTENSION] = lambda: self._bodies_completed >= ordinal
         # This request's own cycle (a pipelined request's is not `self.cycle` for long): its send,
         # for a stream's events (gateway/http/direct_send.py). Weakly: the cycle holds the scope.
-        extensions[DIRECT_SEND_EXTENSION] = weakref.WeakMethod(self.cycle.send)
+        # A partial over a weak reference, both made in C: every request pays for it.
+        extensions[DIRECT_SEND_EXTENSION] = functools.partial(_send_of, weakref.ref(self.cycle))
         if len(self.pipeline) > MAX_PIPELINED:
             self._close()
 
@@ -278,6 +281,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.abort()
         elif not self.transport.is_closing():
             self.transport.close()
+
+
+def _send_of(cycle: weakref.ref[RequestResponseCycle]) -> Callable[..., Awaitable[None]] | None:
+    """The request's send while its cycle lives (DIRECT_SEND_EXTENSION)."""
+    request = cycle()
+    return None if request is None else request.send
 
 
 def guarded_protocol(settings: Settings) -> type[GuardedHttpToolsProtocol]:
