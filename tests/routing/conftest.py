@@ -34,7 +34,7 @@ def workers() -> Iterator[WorkerFactory]:
             yield start
         finally:
             for worker in started:  # a stalled request would outlast the server's shutdown grace
-                worker.stall = False
+                worker.stall = worker.hold = False
 
 
 def chat(gw: Gateway, key: str, model: str = "m", **extra: Any) -> Any:

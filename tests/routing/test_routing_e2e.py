@@ -22,7 +22,7 @@ def test_least_loaded_avoids_an_endpoint_whose_engine_is_queueing(
 ) -> None:
     fast_a, url_a = workers()
     fast_b, url_b = workers()
-    slow, slow_url = workers(delay_s=1.0, capacity=1)
+    slow, slow_url = workers(capacity=1)
     table = ModelTable(
         (
             ModelConfig(
@@ -35,7 +35,9 @@ def test_least_loaded_avoids_an_endpoint_whose_engine_is_queueing(
     )
     with make_gateway(table) as gw:
         key = gw.new_key()["key"]
-        # Other traffic (not through this gateway) keeps the slow engine busy with a queue.
+        # Other traffic (not through this gateway) keeps the slow engine busy with a queue, held
+        # until the gateway's requests are done: however long they take, the queue is there.
+        slow.hold = True
         body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
         busy = [
             threading.Thread(target=post, args=(f"{slow_url}/v1/chat/completions", body), daemon=True)
@@ -53,6 +55,7 @@ def test_least_loaded_avoids_an_endpoint_whose_engine_is_queueing(
         assert slow.requests == 3, "least_loaded sent requests to the queueing engine"
         assert fast_a.requests > 5
         assert fast_b.requests > 5
+        slow.hold = False
         for thread in busy:
             thread.join(timeout=10)
 

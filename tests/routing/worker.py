@@ -37,6 +37,9 @@ class ProgrammableWorker:
         self.health_status = 200
         self.health_probes = 0  # GET /health received
         self.stall = False  # generations never answer (/health still does)
+        # Generations that got a slot keep it while this is set: a queue that lasts until a test
+        # lets it go, however long the test's own requests take.
+        self.hold = False
         self.requests = 0  # generation requests received
         self.by_model: Counter[str] = Counter()
         self.by_user: Counter[str] = Counter()
@@ -103,6 +106,9 @@ class ProgrammableWorker:
             self.running += 1
             try:
                 await asyncio.sleep(self.delay_s)
+                # Polled, not an Event: the flag is flipped from the test's thread, not this loop.
+                while self.hold:  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
             finally:
                 self.running -= 1
         ident = f"c-{next(self._ids)}"
