@@ -222,7 +222,7 @@ def run(args: argparse.Namespace, children: Children) -> str:
         children.step("gateway under callgrind")
         gw_dir = tmp / "gateway"
         gw_dir.mkdir(exist_ok=True)
-        counts["gateway"], phases = _gateway(children, argv, gw_dir, args)
+        counts["gateway"], phases = _gateway(children, argv, kinds, gw_dir, args)
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -230,14 +230,17 @@ def run(args: argparse.Namespace, children: Children) -> str:
 
 
 def _gateway(
-    children: Children, worker_cmd: list[str], out_dir: Path, args: argparse.Namespace
+    children: Children,
+    worker_cmd: list[str],
+    kinds: dict[str, bytes],
+    out_dir: Path,
+    args: argparse.Namespace,
 ) -> tuple[dict[str, float], dict[str, dict[str, float]] | None]:
     port, _ = start_announcing(children, "mock worker", worker_cmd, None)
     models = {MODEL: f"http://127.0.0.1:{port}"}
     wrap = callgrind_wrap(out_dir, "gateway")
     with gateway_stack(children, models, None, None, wrap=wrap, timeout_s=300) as stack:
         client = Client(stack.base, stack.limited_key)
-        kinds = request_kinds(args.tokens)
         counted = count(stack.gateway_pid, out_dir, client, kinds, args.n, args.settle_s)
         client.close()
     if not args.phases:
@@ -284,7 +287,7 @@ def report(
     title = f"instructions per request (callgrind, {args.n} sequential requests per kind, after {WARMUP})"
     paced = f", {args.token_delay_ms:g} ms apart" if args.token_delay_ms else ""
     lines = [*facts, "", title, f"  (answers of {args.tokens} tokens{paced})"]
-    kinds = list(request_kinds(args.tokens))
+    kinds = list(counts["gateway"])  # in the order they were counted
     lines.append(f"  {'kind':<12} {'bare proxy':>12} {'gateway':>12} {'ratio':>7}")
     for kind in kinds:
         bare, gw = counts["bare proxy"][kind], counts["gateway"][kind]

@@ -123,6 +123,7 @@ class ChatReader:
                     batch.output = True
             if generated:
                 batch.output = True
+                # `_generated`, inline (the other protocols call it: their events are fewer).
                 now = time.perf_counter()
                 if outcome.first_token_at is None:
                     outcome.first_token_at = now
