@@ -2,12 +2,14 @@
 
 Starts a throwaway Redis, the raw-asyncio mock worker (bench/mock_worker.py), the gateway
 (`python -m gateway serve`) and bare pass-through proxies (bench/bare_proxy.py: Starlette + aiohttp,
-no auth, no Redis) as child processes; pins the gateway and the proxies to one CPU (only one of them
-is ever under load: their phases take turns) and everything else (Redis, the mock workers, this load
-generator) to the other CPU(s); warms up; runs bounded load phases; prints a table with PASS/MISS
-against the targets, a second one setting direct, bare proxy and gateway side by side, and a third
-one setting the gateway's three client APIs side by side (chat; Anthropic Messages and OpenAI
-Responses, which the gateway translates to the worker's chat contract). Every child is stopped on
+no auth, no Redis; and, for the time-to-first-token phases, the same proxy with one Redis round
+trip per request: the least any gateway that admits through Redis adds) as child processes; pins
+the gateway and the proxies to one CPU (only one of them is ever under load: their phases take
+turns) and everything else (Redis, the mock workers, this load generator) to the other CPU(s);
+warms up; runs bounded load phases; prints a table with PASS/MISS against the targets, a second one
+setting direct, bare proxy and gateway side by side, and a third one setting the gateway's three
+client APIs side by side (chat; Anthropic Messages and OpenAI Responses, which the gateway
+translates to the worker's chat contract). Every child is stopped on
 exit, on Ctrl-C, on SIGTERM, and by a hard watchdog if anything hangs.
 
     .venv/bin/python bench/gateway_bench.py            # full run, about 3 min
@@ -57,7 +59,9 @@ TARGET_CPU_RATIO = 2.5  # gateway CPU per request / bare proxy CPU per request
 TARGET_TTFT_OVER_PROXY_MS = 0.5  # gateway added TTFT p50 - bare proxy added TTFT p50
 # The translated client APIs (Anthropic Messages, OpenAI Responses) against chat, same run.
 TARGET_API_CPU_RATIO = 1.25  # their CPU per request / chat's, non-stream and streamed
-TRANSLATED = ("messages", "responses")  # the client APIs besides chat, by harness.load.APIS name
+TRANSLATED = ("messages", "responses")
+# The side of the TTFT phases that is the bare proxy plus its Redis round trips (admit, settle).
+BARE_REDIS = "bare + Redis"  # the client APIs besides chat, by harness.load.APIS name
 
 # Gateway phases whose Redis commands are broken down per command name in the details.
 _GATEWAY_COMMANDS = ("evalsha", "eval", "hgetall", "hmget")  # the request-path round trips
@@ -113,6 +117,7 @@ class Plan:
             + (2 + apis) * self.saturation_s  # bare proxy, gateway (chat), gateway per other API
             + self.saturation_s  # every limit, gateway only
             + self.rounds * 3 * sides  # direct, bare proxy, gateway
+            + self.rounds * (self.ttft_side_s + self.paced_side_s)  # the bare proxy + Redis
             + self.rounds * apis * (self.ttft_side_s + self.stream_side_s)  # the APIs' extra sides
             + ((5 + 2 * apis) * (self.profile_s + 20) if profile else 0)
         )
@@ -125,6 +130,7 @@ async def measure(
     gateway: Target,
     limited: Target,
     apis: dict[str, Target],
+    admitting: dict[str, Target],
     plan: Plan,
     args: argparse.Namespace,
     step: Callable[[str], None],
@@ -132,7 +138,9 @@ async def measure(
     """The phases, in order. `direct` and `proxy` map each model to its worker and to the bare proxy
     in front of it; `gateway` and `limited` are the gateway with the two keys; `apis` the gateway's
     other client APIs (`plan.apis`), labelled "gateway <api>": their sides join the saturation,
-    TTFT c=1 and unpaced stream phases, taken in turn with the chat path's."""
+    TTFT c=1 and unpaced stream phases, taken in turn with the chat path's. `admitting` maps the
+    TTFT models to a bare proxy that takes two Redis round trips per request ("bare + Redis"), a side
+    of both TTFT phases."""
     whole = chat_body(MODEL, stream=False)
     streamed = chat_body(MODEL, stream=True)
     ttft_body = chat_body(TTFT_MODEL, stream=True)
@@ -207,6 +215,8 @@ async def measure(
         targets = three(model)
         if key in ("ttft", "stream"):
             targets.update(translated)
+        if key in ("ttft", "paced"):
+            targets[BARE_REDIS] = admitting[model]
         step(f"{what}, c={concurrency}, {rounds} x {len(targets)} x {side_s:g} s ({', '.join(targets)})")
         stream = key in ("ttft", "stream", "paced")
         name = {"c1": "latency c=1", "c16": "latency c=16", "ttft": "ttft c=1"}.get(
@@ -442,7 +452,7 @@ def report(results: dict[str, Any], plan: Plan, facts: list[str]) -> tuple[str, 
         for label, ph in results[key].items():
             sides.append(ph)
             samples = ph.latencies_s if key in ("c1", "c16") else ph.ttft_s
-            server = "proxy" if label == "bare proxy" else "gateway"
+            server = "proxy" if label.startswith("bare") else "gateway"
             details.append(phase_line(ph, samples, 28, server=server))
     details.append(
         "  (ttft and stream phases: percentiles of the time to first token; for Messages and Responses "
@@ -545,6 +555,18 @@ def compare(results: dict[str, Any], plan: Plan) -> tuple[Table, dict[str, Any]]
                 table.row(metric, *cells)
             summary[f"added_{what.lower()}_p{q}_{key}_ms"] = added_p
             summary[f"gateway_over_proxy_{what.lower()}_p{q}_{key}_ms"] = over
+            if BARE_REDIS in pct:
+                # The floor for any gateway that admits through Redis: the bare proxy's own path
+                # plus one round trip, beside the gateway (the proxy column: that proxy's).
+                added_r = pct[BARE_REDIS] - pct["direct"]
+                table.row(
+                    f"  vs the bare proxy + its Redis round trips (INCR; INCRBY after), p{q}",
+                    "",
+                    _plus(added_r),
+                    _plus(added_g),
+                    _plus(added_g - added_r),
+                )
+                summary[f"added_{what.lower()}_p{q}_{key}_bare_redis_ms"] = added_r
     for key, label in (("stream", "unpaced"), ("paced", f"paced {plan.paced_delay_ms:g} ms/token")):
         p, g = results[key]["bare proxy"], results[key]["gateway"]
         table.row(
@@ -650,12 +672,19 @@ def run(plan: Plan, args: argparse.Namespace, children: Children) -> tuple[str, 
     }
     with gateway_stack(children, base, gw_cpus, rest_cpus) as stack:
         gw = stack.gateway_pid
+        # On the gateway's Redis: a round trip to it costs what one of the gateway's own does.
+        admitting = {
+            model: start_bare_proxy(
+                children, f"bare proxy + Redis {model}", base[model], gw_cpus, redis_url=stack.redis_url
+            )
+            for model in (TTFT_MODEL, PACED_MODEL)
+        }
         watch = {
             "load generator": [os.getpid()],
             "workers": [proc.pid for _, proc in workers.values()],
             "redis": stack.redis_pids,
             "gateway": [gw],
-            "bare proxies": [proc.pid for _, proc in proxies.values()],
+            "bare proxies": [proc.pid for _, proc in (*proxies.values(), *admitting.values())],
         }
         print("\n".join(facts), file=sys.stderr, flush=True)
 
@@ -675,6 +704,10 @@ def run(plan: Plan, args: argparse.Namespace, children: Children) -> tuple[str, 
                         Target(stack.base, stack.api_key, pid=gw),
                         Target(stack.base, stack.limited_key, pid=gw),
                         {api: Target(stack.base, stack.api_key, pid=gw, api=APIS[api]) for api in plan.apis},
+                        {
+                            model: Target(f"http://127.0.0.1:{port}", pid=proc.pid)
+                            for model, (port, proc) in admitting.items()
+                        },
                         plan,
                         args,
                         children.step,

@@ -40,6 +40,10 @@ CONCURRENCY = 16
 STEPS = (
     ("entry -> admission", "in", "admit0"),
     ("admission (Redis round trip)", "admit0", "admit1"),
+    ("  -> the script's write to Redis", "admit0", "redis_w"),
+    ("  the write -> its reply arrives", "redis_w", "redis_r"),
+    ("  the reply -> the call resumes", "redis_r", "redis_resumed"),
+    ("  the call resumes -> admitted", "redis_resumed", "admit1"),
     ("admitted -> worker call", "admit1", "open0"),
     ("worker call, to the answer's head", "open0", "open1"),
     ("head -> first text read", "open1", "first_in"),
@@ -69,6 +73,12 @@ def run(args: argparse.Namespace, children: Children) -> str:
     wrap = (sys.executable, str(MARKS_RUNNER))
     with gateway_stack(children, {MODEL: url}, gw_cpus, rest_cpus, wrap=wrap, env=env) as stack:
         gw = stack.gateway_pid
+        # The bare proxy with a Redis round trip before each request (an INCR) and one after it (an
+        # INCRBY), on the gateway's Redis: the least any gateway that admits and meters through
+        # Redis adds, on this machine, in this run.
+        admitting_port, admitting = start_bare_proxy(
+            children, "bare proxy + Redis", url, gw_cpus, redis_url=stack.redis_url
+        )
         body = chat_body(MODEL, stream=True, max_tokens=TOKENS)
 
         def marks() -> list[dict[str, float]]:
@@ -84,11 +94,13 @@ def run(args: argparse.Namespace, children: Children) -> str:
 
         async def phases() -> dict[str, Any]:
             async with open_session() as session:
-                monitor = Monitor([os.getpid(), worker.pid, bare.pid, gw, *stack.redis_pids], 0)
+                pids = [os.getpid(), worker.pid, bare.pid, admitting.pid, gw, *stack.redis_pids]
+                monitor = Monitor(pids, 0)
                 load = Load(session, monitor, gw)
                 targets = {
                     "direct": Target(url),
                     "bare proxy": Target(f"http://127.0.0.1:{bare_port}", pid=bare.pid),
+                    "bare + Redis": Target(f"http://127.0.0.1:{admitting_port}", pid=admitting.pid),
                     "gateway": Target(stack.base, stack.api_key, pid=gw),
                 }
                 for target in targets.values():
@@ -112,17 +124,26 @@ def run(args: argparse.Namespace, children: Children) -> str:
         f"{args.token_delay_ms:g} ms/token, {args.rounds} rounds x {args.side_s:g} s per side",
         f"  direct p50 {direct:.3f} ms",
     ]
-    for side in ("bare proxy", "gateway"):
+    for side in ("bare proxy", "bare + Redis", "gateway"):
         result = pooled[side]
         added = median_ms(result.ttft_s) - direct
         cpu = (result.cpu_s or 0.0) / max(result.events, 1) * 1e6
         lines.append(
-            f"  {side:<11} p50 +{added:.3f} ms over direct ({len(result.ttft_s)} streams, "
+            f"  {side:<12} p50 +{added:.3f} ms over direct ({len(result.ttft_s)} streams, "
             f"{result.errors} errors, CPU {cpu:.1f} us per event)"
         )
     lines += ["", f"the gateway's way to the first token, medians of {len(kept)} streams:"]
     for label, start, end in STEPS:
         lines.append(f"  {label:<36} {median_ms([m[end] - m[start] for m in kept]):7.3f} ms")
+    waiting = [m for m in kept if "redis_resumed" in m]
+    if waiting:
+        batches = [m["relayed_waiting"] for m in waiting]
+        busy = median_ms([m["cpu_waiting"] for m in waiting])
+        lines.append(
+            f"  while the reply waited for its call to resume: the gateway's thread on CPU {busy:.3f} ms "
+            f"(median); other streams' event batches relayed: median {statistics.median(batches):g}, "
+            f"none in {sum(1 for n in batches if n == 0)} of {len(batches)}"
+        )
     return "\n".join(lines)
 
 

@@ -189,10 +189,13 @@ def start_bare_proxy(
     *,
     wrap: tuple[str, ...] = (),
     timeout_s: float = 10.0,
+    redis_url: str | None = None,
 ) -> tuple[int, subprocess.Popen[bytes]]:
     """bench/bare_proxy.py in front of `upstream` (the gateway's uvicorn settings), pinned to `cpus`;
-    `wrap` runs it under another program (valgrind), which then needs a longer `timeout_s` to start."""
+    `wrap` runs it under another program (valgrind), which then needs a longer `timeout_s` to start;
+    `redis_url` makes it take a Redis round trip before and after each request (its `--redis-url`)."""
     argv = [*wrap, sys.executable, str(BARE_PROXY), "--port", "0", "--upstream", upstream]
+    argv += ["--redis-url", redis_url] if redis_url else []
     port, proc = start_announcing(children, name, argv, cpus, timeout_s=timeout_s)
     pin(proc.pid, cpus)  # any thread started during boot, too
     return port, proc

@@ -2,10 +2,13 @@
 each step of every API request on its way to the first token, for `ttft_bench.py`.
 
 It wraps (in this process only, nothing of it in the gateway's code) the request's entry, the
-admission call, the worker call up to its answer's head, the relay's first batch of worker events
+admission call (and inside it the script call's write to Redis, its reply's arrival and the call's
+resumption), the worker call up to its answer's head, the relay's first batch of worker events
 that carries generated text, and the client's send of that text, and keeps each request's times
-(`time.perf_counter`). SIGUSR1 writes the requests kept since the last signal as JSON to
-`$SLUICEGATE_TTFT_MARKS` and forgets them.
+(`time.perf_counter`). Between the reply's arrival and the call's resumption it also counts the
+batches of worker events the relays processed (other streams' work the call waited behind) and the
+CPU time the gateway's thread used (`time.thread_time`: the loop busy, or waiting). SIGUSR1 writes
+the requests kept since the last signal as JSON to `$SLUICEGATE_TTFT_MARKS` and forgets them.
 """
 
 from __future__ import annotations
@@ -25,13 +28,19 @@ import gateway.limits.admission as admission
 import gateway.proxy.pipeline as pipeline
 import gateway.proxy.relay as relay
 import gateway.proxy.upstream as upstream
+import gateway.redis.lean as lean
 
 # The marks, in the order a request reaches them.
-MARKS = ("in", "admit0", "admit1", "open0", "open1", "first_in", "out0", "out1")
+MARKS = (
+    *("in", "admit0", "redis_w", "redis_r", "redis_resumed", "admit1"),
+    *("open0", "open1", "first_in", "out0", "out1"),
+)
 # A chat chunk with generated text (the role chunk's "content":"" is none).
 _TEXT = re.compile(rb'"content":"[^"]')
 _REQUEST: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar("ttft", default=None)
 _KEPT: list[dict[str, float]] = []
+# Batches of worker events processed by the relays, all streams together.
+_RELAYED = [0]
 
 
 def _mark(name: str) -> None:
@@ -91,12 +100,41 @@ def _wrap_process() -> None:
     process = relay.StreamRelay._process
 
     def timed(self: Any, *args: Any) -> Any:
+        _RELAYED[0] += 1
         out = process(self, *args)
         if out.out and _TEXT.search(out.out):
             _mark("first_in")
         return out
 
     relay.StreamRelay._process = timed  # type: ignore[method-assign,assignment]
+
+
+def _wrap_redis() -> None:
+    """The script call: its write to Redis, its reply's arrival (a protocol callback, outside the
+    request's context) and the call's resumption."""
+    call, received = lean._Reply.call, lean._Reply.data_received
+
+    async def call_marked(self: Any, packed: bytes) -> Any:
+        _mark("redis_w")
+        marks = self.ttft_marks = _REQUEST.get()
+        try:
+            return await call(self, packed)
+        finally:
+            self.ttft_marks = None
+            if marks is not None and "redis_r" in marks and "redis_resumed" not in marks:
+                marks["redis_resumed"] = time.perf_counter()
+                marks["relayed_waiting"] = _RELAYED[0] - marks["relayed_waiting"]
+                marks["cpu_waiting"] = time.thread_time() - marks["cpu_waiting"]
+
+    def received_marked(self: Any, data: bytes) -> None:
+        marks = getattr(self, "ttft_marks", None)
+        if marks is not None and "redis_r" not in marks:
+            marks["redis_r"] = time.perf_counter()
+            marks["relayed_waiting"], marks["cpu_waiting"] = _RELAYED[0], time.thread_time()
+        received(self, data)
+
+    lean._Reply.call = call_marked  # type: ignore[method-assign]
+    lean._Reply.data_received = received_marked  # type: ignore[method-assign]
 
 
 def _dump(signum: int, frame: FrameType | None) -> None:
@@ -110,6 +148,7 @@ def main() -> None:
     _wrap_async(admission.RateLimiter, "admit", "admit0", "admit1")
     _wrap_async(upstream.Upstream, "open", "open0", "open1")
     _wrap_process()
+    _wrap_redis()
     signal.signal(signal.SIGUSR1, _dump)
     argv = sys.argv[1:]
     at = argv.index("-m")
