@@ -19,7 +19,7 @@ from starlette.responses import Response
 from gateway.edge.openapi_schemas import nullable
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.context import RequestContext
-from gateway.limits import admission
+from gateway.limits import admission, plans
 from gateway.limits.peek import LimitReader, Remaining
 from gateway.metering import usage_report
 from gateway.metering.meter import Meter
@@ -76,9 +76,9 @@ async def key_info(request: Request) -> Response:
     now = dt.datetime.now(dt.UTC)
     # Every limit a request would meet: no model first (the key's, the team's, the budgets), then
     # what each named model adds.
-    limits = admission.plan(key.team, team_limits, key.id, key.limits, "", now)
+    limits = plans.plan(key.team, team_limits, key.id, key.limits, "", now)
     for model in sorted({*key.limits.per_model, *team_limits.per_model}):
-        planned = admission.plan(key.team, team_limits, key.id, key.limits, model, now)
+        planned = plans.plan(key.team, team_limits, key.id, key.limits, model, now)
         limits += [limit for limit in planned if limit.model is not None]
     today = now.date()
     # The report first: it writes this replica's pending usage, which settles what its finished

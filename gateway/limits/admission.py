@@ -16,7 +16,6 @@ with `MIN_OUTPUT` tokens of output is refused: a 429 to retry, or a 400 when no 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import enum
 import math
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from redis.exceptions import RedisError
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.limits.leases import Lease, LeaseKeeper
-from gateway.limits.spec import LimitSet, TokenCount
+from gateway.limits.spec import TokenCount
 from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
@@ -222,120 +221,6 @@ def script_costs(limits: Sequence[Limit], prompt: int) -> list[tuple[int, int]]:
             continue
         counts = _TOTAL if limit.kind is _BUDGET else limit.counts
         out.append(((0 if counts is _OUTPUT else prompt), (0 if counts is _INPUT else 1)))
-    return out
-
-
-def scoped(limits: LimitSet, scope: str, who: str, model: str, rl: str) -> list[Limit]:
-    """The limits of one team or key, plus those it sets for `model`. `scope`: `key:<id>` or
-    `team`, the start of each limit's Redis key after the team's `rl` (keys.rate_limits)."""
-    whose = scope.split(":", 1)[0]
-    out: list[Limit] = []
-    for subject, where in ((limits, ""), (limits.for_model(model), f":m:{model}")):
-        if subject is None:
-            continue
-        label = f"{who}" + (f" on model {model}" if where else "")
-        only = model if where else None
-        key = f"{scope}{where}"
-        if subject.rpm:
-            out.append(
-                Limit(
-                    LimitKind.REQUESTS,
-                    rl + f"{key}:rpm",
-                    subject.rpm,
-                    f"{label} requests per minute",
-                    scope=whose,
-                    name="rpm",
-                    model=only,
-                )
-            )
-        if subject.tpm:
-            out.append(
-                Limit(
-                    LimitKind.TOKENS,
-                    rl + f"{key}:tpm",
-                    subject.tpm,
-                    f"{label} tokens per minute",
-                    counts=TokenCount(subject.tpm_counts),
-                    scope=whose,
-                    name="tpm",
-                    model=only,
-                )
-            )
-        if subject.max_concurrency:
-            out.append(
-                Limit(
-                    LimitKind.CONCURRENCY,
-                    rl + f"{key}:conc",
-                    subject.max_concurrency,
-                    f"{label} concurrent requests",
-                    scope=whose,
-                    name="max_concurrency",
-                    model=only,
-                )
-            )
-    return out
-
-
-def plan(
-    team: str, team_limits: LimitSet, key_id: str, key_limits: LimitSet, model: str, now: dt.datetime
-) -> list[Limit]:
-    """Every limit one request of `key_id` (of `team`) to `model` must pass."""
-    rl = redis_keys.rate_limits(team)  # every key below starts with it
-    limits = scoped(key_limits, f"key:{key_id}", f"key {key_id}", model, rl)
-    limits += scoped(team_limits, "team", f"team {team}", model, rl)
-    limits += budgets(key_limits, f"key:{key_id}:", f"key {key_id}", rl, now)
-    limits += budgets(team_limits, "", f"team {team}", rl, now)
-    return limits
-
-
-def budgets(limits: LimitSet, prefix: str, who: str, rl: str, now: dt.datetime) -> list[Limit]:
-    """The daily and monthly token budgets of a team (`prefix` "") or of a key in it (`key:<id>:`):
-    one counter per UTC period, so a new period starts at zero without anyone resetting it. `rl`:
-    the team's keys.rate_limits."""
-    return [at(now) for at in budget_periods(limits, prefix, who, rl, now)]
-
-
-@dataclass(frozen=True, slots=True)
-class BudgetPeriod:
-    """One budget's limit in the period `now` falls in, but for the seconds left: its counter's
-    key and its end are the same all day (`gateway.limits.plans` keeps them per UTC day)."""
-
-    limit: Limit
-    end: dt.datetime
-
-    def __call__(self, now: dt.datetime) -> Limit:
-        limit = self.limit
-        return Limit(
-            _BUDGET,
-            limit.redis_key,
-            limit.amount,
-            limit.description,
-            period_s=(self.end - now).total_seconds(),
-            scope=limit.scope,
-            name=limit.name,
-        )
-
-
-def budget_periods(limits: LimitSet, prefix: str, who: str, rl: str, now: dt.datetime) -> list[BudgetPeriod]:
-    """`budgets()`, each as its period that holds `now`."""
-    out: list[BudgetPeriod] = []
-    scope = "key" if prefix else "team"
-    if limits.daily_tokens:
-        tomorrow = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
-        key = rl + f"{prefix}budget:d:{now.date().isoformat()}"
-        daily = Limit(
-            _BUDGET, key, limits.daily_tokens, f"{who} daily tokens", scope=scope, name="daily_tokens"
-        )
-        out.append(BudgetPeriod(daily, tomorrow))
-    if limits.monthly_tokens:
-        first = now.date().replace(day=1)
-        next_month = (first + dt.timedelta(days=32)).replace(day=1)
-        end = dt.datetime.combine(next_month, dt.time(), dt.UTC)
-        key = rl + f"{prefix}budget:m:{first:%Y-%m}"
-        monthly = Limit(
-            _BUDGET, key, limits.monthly_tokens, f"{who} monthly tokens", scope=scope, name="monthly_tokens"
-        )
-        out.append(BudgetPeriod(monthly, end))
     return out
 
 

@@ -3,7 +3,7 @@ tokenizer (`count_tokens`, `countTokens` on a `tokenize: true` model) and a stor
 back, listed, cancelled or deleted.
 
 Each costs a worker a call but no tokens, so it counts against the key's and team's requests per
-minute and concurrent requests (their own and the model's, the limits `limits.plan` gives), never
+minute and concurrent requests (their own and the model's, the limits `plans.plan` gives), never
 against a token limit or a budget. A refusal is the same 429 as on the main routes. The
 concurrency slot is held (and its lease renewed) while the call runs, and freed on every way out
 by a void usage record: settle.lua releases the slot and meters nothing, so these calls stay out
@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 
 from gateway.http.context import RequestContext
 from gateway.keys.auth import Principal
-from gateway.limits import admission as limits
+from gateway.limits import plans
 from gateway.limits.admission import Admission, LimitKind, RateLimiter, Reservation
 from gateway.metering.record import UsageRecord
 from gateway.observability import tracing
@@ -43,7 +43,7 @@ class RequestLimits:
         key = principal.key
         planned = [
             limit
-            for limit in limits.plan(
+            for limit in plans.plan(
                 key.team, principal.team_limits, key.id, key.limits, ctx.model, dt.datetime.now(dt.UTC)
             )
             if limit.kind in REQUEST_KINDS

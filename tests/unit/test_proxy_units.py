@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from gateway.apis.openai.dialect import CHAT, COMPLETIONS, EMBEDDINGS, reset_duration
 from gateway.errors import ErrorCode
 from gateway.http.context import RequestContext, client_request_id, new_request_id
-from gateway.limits import admission
+from gateway.limits import plans
 from gateway.limits.admission import Admission, Limit, LimitKind, LimitState, Reservation
 from gateway.limits.output import NO_OUTPUT, AskedOutput
 from gateway.limits.spec import LimitSet, TokenCount
@@ -179,7 +179,7 @@ def test_limit_plan_covers_key_team_model_and_budgets() -> None:
     key = LimitSet(rpm=5, max_concurrency=1, per_model={"m": LimitSet(tpm=100, tpm_counts=TokenCount.OUTPUT)})
     team = LimitSet(tpm=1000, daily_tokens=10**6, monthly_tokens=10**7)
     now = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.UTC)
-    planned = admission.plan("ml", team, "key_1", key, "m", now)
+    planned = plans.plan("ml", team, "key_1", key, "m", now)
     kinds = [(limit.kind, limit.amount) for limit in planned]
     assert kinds == [
         (LimitKind.REQUESTS, 5),
