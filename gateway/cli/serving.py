@@ -9,7 +9,8 @@ import logging
 
 from gateway.config import Settings
 from gateway.errors import ConfigError
-from gateway.model_table import ModelTable, load_model_table
+from gateway.model_file import load_model_table
+from gateway.model_table import ModelTable
 
 log = logging.getLogger("sluicegate.serve")
 

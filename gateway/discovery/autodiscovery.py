@@ -22,7 +22,8 @@ from gateway.discovery.sink import DiscoverySink
 from gateway.discovery.trust import ServiceTrust
 from gateway.discovery.watch import JSON
 from gateway.errors import ConfigError
-from gateway.model_table import ModelConfig, PoolConfig, parse_model
+from gateway.model_file import parse_model
+from gateway.model_table import ModelConfig, PoolConfig
 
 log = logging.getLogger("sluicegate.discovery")
 

@@ -17,7 +17,7 @@ import pytest
 from gateway.admin.throttle import AdminThrottle
 from gateway.config import Settings
 from gateway.errors import ConfigError
-from gateway.model_table import parse_model_table
+from gateway.model_file import parse_model_table
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, worker_record
 from tests.http import Reply, post
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gateway.errors import ConfigError
-from gateway.model_table import parse_model_table
+from gateway.model_file import parse_model_table
 from tests.adversarial.scripted import (
     DONE,
     LAST_CHUNK,

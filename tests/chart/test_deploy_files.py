@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.model_table import parse_model_table
+from gateway.model_file import parse_model_table
 from tests.chart.conftest import ROOT
 
 DOCKER = ROOT / "deploy" / "docker"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.model_table import parse_model_table
+from gateway.model_file import parse_model_table
 from gateway.pricing import Price
 from tests.chart.cases import NATIVE_MODELS, PUBLISHED
 from tests.chart.conftest import CHART, NAMESPACE, RELEASE, Helm, Manifest, Renderer, gateway_env, rendered

@@ -482,7 +482,7 @@ def test_model_table_points_each_model_at_its_worker_service(render: Renderer) -
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_gateway_accepts_the_rendered_model_table(render: Renderer, case: str) -> None:
-    from gateway.model_table import parse_model_table
+    from gateway.model_file import parse_model_table
 
     table = parse_model_table(model_table(render_case(render, case)))
     files, values = CASES[case]

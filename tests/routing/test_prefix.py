@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from gateway.errors import ConfigError
-from gateway.model_table import parse_model
+from gateway.model_file import parse_model
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.load import Load, apply_load
 from gateway.routing.policy import CachedPrefix, RouteRequest, least_loaded, prefix_affinity

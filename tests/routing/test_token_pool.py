@@ -18,7 +18,8 @@ from redis.asyncio import Redis
 
 from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.errors import ConfigError
-from gateway.model_table import ModelConfig, RoutingConfig, parse_model_table
+from gateway.model_file import parse_model_table
+from gateway.model_table import ModelConfig, RoutingConfig
 from gateway.observability.metrics import Metrics
 from gateway.redis.breaker import RedisBreaker
 from gateway.routing.endpoint import Endpoint

@@ -10,7 +10,8 @@ from collections import Counter
 import pytest
 
 from gateway.errors import ConfigError, GatewayError
-from gateway.model_table import HealthConfig, ModelConfig, RoutingConfig, parse_model
+from gateway.model_file import parse_model
+from gateway.model_table import HealthConfig, ModelConfig, RoutingConfig
 from gateway.observability.metrics import Metrics
 from gateway.routing import health
 from gateway.routing.endpoint import Endpoint, EndpointState

@@ -8,7 +8,7 @@ import pytest
 from gateway.cli import main
 from gateway.config import Settings
 from gateway.errors import ConfigError
-from gateway.model_table import load_model_table, parse_model_table
+from gateway.model_file import load_model_table, parse_model_table
 
 GOOD = {
     "models": [

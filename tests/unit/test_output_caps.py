@@ -18,7 +18,7 @@ from gateway.limits.output import (
     static_cap,
     within_window,
 )
-from gateway.model_table import parse_model_table
+from gateway.model_file import parse_model_table
 from gateway.routing.monitor import _max_model_len
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from gateway.errors import ConfigError
 from gateway.metering import usage_report
-from gateway.model_table import ModelConfig, ModelTable, parse_model_table
+from gateway.model_file import parse_model_table
+from gateway.model_table import ModelConfig, ModelTable
 from gateway.observability.metrics import Metrics
 from gateway.pricing import Price, amount, parse_price
 from gateway.routing.router import Router

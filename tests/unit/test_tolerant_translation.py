@@ -17,7 +17,8 @@ from gateway.apis.responses.dialect import RESPONSES
 from gateway.apis.responses.stream import ResponsesStream
 from gateway.errors import ConfigError, ErrorCode, GatewayError
 from gateway.http.context import RequestContext
-from gateway.model_table import NATIVE, ModelConfig, Protocols, parse_model
+from gateway.model_file import parse_model
+from gateway.model_table import NATIVE, ModelConfig, Protocols
 from gateway.observability.metrics import Metrics
 from gateway.proxy.translation import ignored, model_rules, native
 from gateway.proxy.translation.chat_shape import fold_chat, fold_messages

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from gateway.errors import ConfigError
-from gateway.model_table import NATIVE, TRANSLATE, parse_model
+from gateway.model_file import parse_model
+from gateway.model_table import NATIVE, TRANSLATE
 from gateway.proxy import worker_protocols as wp
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.usage import InvalidUsage, Usage
