@@ -22,7 +22,7 @@ from gateway.redis.scripts import Script
 KEY = "sg:{t:lean}:x"
 
 
-class FakeRedis:
+class ScriptedRedisServer:
     """Answers every command but EVALSHA with +OK (redis-py's handshake); EVALSHA per `mode`."""
 
     def __init__(self) -> None:
@@ -86,8 +86,8 @@ class FakeRedis:
 
 
 @asynccontextmanager
-async def gateway_client(**settings: Any) -> AsyncIterator[tuple[FakeRedis, Script, RedisClient]]:
-    fake = FakeRedis()
+async def gateway_client(**settings: Any) -> AsyncIterator[tuple[ScriptedRedisServer, Script, RedisClient]]:
+    fake = ScriptedRedisServer()
     server = await asyncio.start_server(fake.serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     redis: RedisClient = connect_redis(Settings(redis_url=f"redis://127.0.0.1:{port}", **settings))
