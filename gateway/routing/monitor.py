@@ -5,8 +5,8 @@ that are due, checks them with bounded concurrency (one semaphore for all three)
 timeout, and applies the results on the event loop; nothing here is on a request's path.
 
 - pending endpoints: `GET /v1/models` about once a second until it lists the pool's wire model;
-- every confirmed endpoint: `GET /health` every `health.probe_interval`, timeout <= connect timeout,
-  or at the next round when one team's failures made it suspect (`Endpoint.probe_now`);
+- every confirmed endpoint: `GET /health` every `health.probe_interval`, allowed the connect
+  timeout, or at the next round when one team's failures made it suspect (`Endpoint.probe_now`);
 - endpoints of pools routed by load: `GET /metrics` about once a second (or each probe_interval if
   shorter); a failed or stale scrape falls back to in-flight counts.
 """
@@ -132,8 +132,11 @@ class Monitor:
     async def _probe(self, pool: Pool, endpoint: Endpoint) -> None:
         if not endpoint.models_read:  # a configured endpoint, never confirmed through /v1/models
             await self._read_models(pool, endpoint)
-        timeout = min(pool.model.timeouts.connect, pool.health.probe_interval)
-        got = await self._get(endpoint.url + "/health", timeout)
+        # The connect timeout, not the interval: a short interval is for noticing a failure soon,
+        # and a probe cut at 0.2 s failed every endpoint at once whenever this replica's own loop
+        # was late by that much (a 503 for the whole pool from one busy moment of the gateway).
+        # Rounds run one after another, so a slow answer delays the next round, never doubles it.
+        got = await self._get(endpoint.url + "/health", pool.model.timeouts.connect)
         # A server without a /health route (404/405) still answered: it is up, and passive
         # ejection still guards its requests. Only silence, errors and 5xx mark it unhealthy.
         ok = got is not None and (got[0] == 200 or got[0] in _NO_HEALTH_ROUTE)

@@ -29,7 +29,11 @@ def test_least_loaded_avoids_an_endpoint_whose_engine_is_queueing(
                 name="m",
                 endpoints=(url_a, slow_url, url_b),
                 routing=RoutingConfig(policy="least_loaded"),
-                health=QUICK_PROBES,
+                # Load scraped every second, each scrape allowed a second and stale after three
+                # (as in test_prefix_e2e): at 0.2 s a busy moment of the machine let the scraped
+                # queue go stale, or failed it, and the slow engine looked idle for no reason the
+                # test set.
+                health=HealthConfig(probe_interval=60.0),
             ),
         )
     )
@@ -47,7 +51,7 @@ def test_least_loaded_avoids_an_endpoint_whose_engine_is_queueing(
             thread.start()
         wait_until(
             lambda: (endpoint_view(gw, "m", slow_url)["load"] or {}).get("waiting", 0) >= 1,
-            3,
+            10,
             "the gateway scraped the slow engine's queue",
         )
         for _ in range(30):
