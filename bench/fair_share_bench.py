@@ -55,7 +55,7 @@ from gateway.redis.client import connect_redis
 from gateway.routing.policy import RouteRequest
 from gateway.routing.pool import Pool
 from gateway.routing.share import ShareTicket
-from gateway.routing.vtc import FairShareStore
+from gateway.routing.vtc_store import FairShareStore
 from tests.routing.token_worker import TeamLoad, TokenWorker, backlog_everywhere, pool_yaml, while_backlogged
 from tests.servers import free_port, run_uvicorn
 

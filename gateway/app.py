@@ -63,7 +63,7 @@ from gateway.routing.monitor import Monitor
 from gateway.routing.prefix_share import PrefixShare
 from gateway.routing.router import Router
 from gateway.routing.stored_responses import StoredResponses
-from gateway.routing.vtc import FairShareStore
+from gateway.routing.vtc_store import FairShareStore
 from gateway.state import AppState, app_state
 
 log = logging.getLogger("sluicegate.app")

@@ -71,6 +71,7 @@ RULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("gateway/proxy/upstream.py", ""),
             ("gateway/proxy/worker_client.py", ""),
             ("gateway/proxy/worker_connection.py", ""),
+            ("gateway/proxy/worker_http.py", ""),
             ("gateway/proxy/forwarding.py", ""),
             ("aiohttp/", ""),
         ),

@@ -37,7 +37,8 @@ from gateway.proxy.sse import SSEEvent, SSEParser
 from gateway.proxy.stream_deadlines import StreamDeadlines
 from gateway.proxy.upstream import UpstreamResponse
 from gateway.proxy.usage import Usage
-from gateway.proxy.worker_connection import Body, WorkerHttpError
+from gateway.proxy.worker_connection import Body
+from gateway.proxy.worker_http import WorkerHttpError
 from gateway.proxy.worker_protocols import CHAT, Batch, WorkerProtocol
 
 STREAM_HEADERS = (

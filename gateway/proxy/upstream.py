@@ -27,12 +27,14 @@ from gateway.errors import ErrorCode, Failure, GatewayError
 from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
 from gateway.proxy.worker_client import KEEPALIVE_S, WorkerClient
-from gateway.proxy.worker_connection import LocalExhaustion, Unreachable, WorkerHttpError, WorkerResponse
+from gateway.proxy.worker_connection import WorkerResponse
+from gateway.proxy.worker_http import LocalExhaustion, Unreachable, WorkerHttpError
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.health import ENDPOINT_FAILED, NO_VERDICT, SERVED, Verdict, VerdictKind
 from gateway.routing.policy import RouteRequest
-from gateway.routing.pool import Pool, PoolUnavailable, retry_after
+from gateway.routing.pool import Pool
 from gateway.routing.router import Router
+from gateway.routing.unavailable import PoolUnavailable, retry_after
 
 if TYPE_CHECKING:
     from gateway.observability.tracing import RequestTrace

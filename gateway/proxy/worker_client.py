@@ -28,14 +28,8 @@ import logging
 import ssl
 from collections.abc import Mapping
 
-from gateway.proxy.worker_connection import (
-    LocalExhaustion,
-    Target,
-    Unreachable,
-    WorkerConnection,
-    WorkerResponse,
-    parse_target,
-)
+from gateway.proxy.worker_connection import WorkerConnection, WorkerResponse
+from gateway.proxy.worker_http import LocalExhaustion, Target, Unreachable, parse_target
 
 log = logging.getLogger("sluicegate.upstream")
 

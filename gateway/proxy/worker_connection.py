@@ -1,17 +1,17 @@
 """One worker connection of the worker call's HTTP/1.1 client (gateway/proxy/worker_client.py,
 which keeps them): the request it carries, the answer's head parsed by httptools, and its body
-as it arrives, with the bounds the client's docstring gives, and the closed set of errors.
+as it arrives, with the bounds the client's docstring gives (its errors and target: worker_http.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Protocol, cast
-from urllib.parse import urlsplit
 
 import httptools
+
+from gateway.proxy.worker_http import BrokenOff, Malformed, Target, Unreachable, WorkerHttpError
 
 # A response head past these is no answer we read: a header line (aiohttp's bound), and the head.
 MAX_HEADER_LINE = 8190
@@ -31,55 +31,6 @@ class ConnectionPool(Protocol):
     def opened(self, conn: WorkerConnection) -> None: ...
 
     def lost(self, conn: WorkerConnection) -> None: ...
-
-
-class WorkerHttpError(Exception):
-    """Every failure of a worker call (the message names no address: callers log the endpoint)."""
-
-
-class Unreachable(WorkerHttpError):
-    """No connection to the worker, or it closed before the answer's head."""
-
-
-class LocalExhaustion(Unreachable):
-    """This process could not open a connection (no descriptor, no port): not the worker's doing."""
-
-
-class Malformed(WorkerHttpError):
-    """The worker's bytes are not an HTTP answer (or a head past MAX_HEAD_BYTES)."""
-
-
-class BrokenOff(WorkerHttpError):
-    """The answer's body ended before its end, or went on as bytes that are not HTTP."""
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    key: tuple[str, str, int]
-    host: str
-    port: int
-    tls: bool
-    prefix: bytes  # the URL's path, before the request's own
-    host_header: bytes
-
-
-def parse_target(url: str) -> Target:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise Unreachable("not an http(s) URL")
-    tls = parts.scheme == "https"
-    port = parts.port or (443 if tls else 80)
-    host = parts.hostname
-    shown = f"[{host}]" if ":" in host else host
-    default = port == (443 if tls else 80)
-    return Target(
-        key=(parts.scheme, host, port),
-        host=host,
-        port=port,
-        tls=tls,
-        prefix=parts.path.rstrip("/").encode("latin-1"),
-        host_header=(shown if default else f"{shown}:{port}").encode("latin-1"),
-    )
 
 
 class Body:

@@ -25,7 +25,8 @@ from gateway.observability.metrics import Metrics
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.share import ShareTicket
 from gateway.routing.tokenqueue import TokenQueue, Waiter
-from gateway.routing.vtc import FairShareStore, PoolShare
+from gateway.routing.vtc import PoolShare
+from gateway.routing.vtc_store import FairShareStore
 
 
 class TokenDispatch:

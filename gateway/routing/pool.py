@@ -12,10 +12,8 @@ mean being served sooner.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
-import math
 import random
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -26,36 +24,14 @@ from gateway.model_table import ModelConfig, PoolConfig
 from gateway.observability.metrics import Metrics
 from gateway.routing import health
 from gateway.routing.dispatch import TokenDispatch
-from gateway.routing.endpoint import CONFIRM_INTERVAL_S, Endpoint, EndpointState
+from gateway.routing.endpoint import Endpoint, EndpointState
 from gateway.routing.fairqueue import FairQueue, QueueFull, QueueTimeout
 from gateway.routing.policy import POLICIES, SCRAPED_POLICIES, Policy, RouteRequest
 from gateway.routing.prefix import PrefixRouting
 from gateway.routing.share import ShareTicket
 from gateway.routing.tokenqueue import TokenQueue
-from gateway.routing.vtc import FairShareStore
-
-
-class PoolUnavailable(Exception):
-    """No usable endpoint: the caller moves on to the model's other pools, then its fallbacks.
-
-    The message names the pool, never an endpoint's URL: it reaches the client (the log keeps
-    the URLs). `retry_after_s`: when something may change (an ejection ends, a probe is due);
-    None when nothing is scheduled to."""
-
-    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-def retry_after(seconds: float | None) -> str:
-    """A `retry-after` value: whole seconds, rounded up, at least 1 (1 when nothing is due)."""
-    if seconds is None or seconds <= 1:
-        return "1"
-    return str(min(math.ceil(seconds), _MAX_RETRY_AFTER_S))
-
-
-# An ejection backs off to `ejection_max` (60 s by default); more than an hour is a typo's doing.
-_MAX_RETRY_AFTER_S = 3600
+from gateway.routing.unavailable import PoolUnavailable, next_chance_s, why_unavailable
+from gateway.routing.vtc_store import FairShareStore
 
 
 class Pool:
@@ -249,7 +225,7 @@ class Pool:
                 chosen.inflight += 1
                 return chosen, False
         if not any(e.usable and e not in exclude for e in self.endpoints):
-            raise PoolUnavailable(self._why_unavailable(), self.next_chance_s())
+            raise PoolUnavailable(why_unavailable(self.name, self.endpoints), self.next_chance_s())
         return None
 
     def _pinned(self, url: str, exclude: Sequence[Endpoint]) -> tuple[Endpoint, bool]:
@@ -263,34 +239,9 @@ class Pool:
         endpoint.inflight += 1
         return endpoint, False
 
-    def _why_unavailable(self) -> str:
-        """Counts by state, no URL: this text reaches the client."""
-        if not self.endpoints:
-            return f"pool '{self.name}' has no endpoints"
-        counts = collections.Counter(e.state.value for e in self.endpoints)
-        states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-        return f"pool '{self.name}' has no healthy endpoint ({states})"
-
     def next_chance_s(self) -> float | None:
-        """Seconds until an endpoint of this pool may take requests again: the soonest ejection
-        end or `/health` probe due (a pending one is checked about once a second); None when no
-        endpoint is waiting for either."""
-        now = self._clock()
-        soonest: float | None = None
-        for endpoint in self.endpoints:
-            if endpoint.removed:
-                continue
-            if not endpoint.confirmed:
-                due = CONFIRM_INTERVAL_S
-            elif not endpoint.probe_ok or endpoint.ejected_until is not None:
-                # Back only once its probe passes AND its ejection is over: the later of the two.
-                ejected_until, interval = endpoint.ejected_until, self.health.probe_interval
-                probe = 0.0 if endpoint.probe_ok else endpoint.last_probe_at + interval - now
-                due = max(probe, 0.0 if ejected_until is None else ejected_until - now)
-            else:
-                continue
-            soonest = due if soonest is None else min(soonest, due)
-        return None if soonest is None else max(soonest, 0.0)
+        """Seconds until an endpoint of this pool may take requests again (None: none waits to)."""
+        return next_chance_s(self.endpoints, self.health.probe_interval, self._clock())
 
     def _trial(self, exclude: Sequence[Endpoint]) -> Endpoint | None:
         now = self._clock()

@@ -22,7 +22,7 @@ from gateway.model_table import ModelConfig, ModelTable
 from gateway.observability.metrics import Metrics
 from gateway.routing.pool import Pool
 from gateway.routing.prefix import DEFAULT_MAX_BLOCKS, Outcome, PrefixIndex, PrefixRouting
-from gateway.routing.vtc import FairShareStore
+from gateway.routing.vtc_store import FairShareStore
 
 # Called with each endpoint URL and the prompt blocks it was just sent (for other replicas).
 PrefixSink = Callable[[str, Sequence[bytes]], None]

@@ -7,7 +7,7 @@ from Redis, moved by this replica's own charges in between) and queues this repl
 requests in flight here), which a background task sends in batches: one script call carries
 whatever piled up while the previous one was in flight. Only a choice between several waiting
 teams asks Redis (`pick`, made ahead of the slot it is for: gateway/routing/dispatch.py), and that
-call carries the pending updates too.
+call carries the pending updates too (through gateway/routing/vtc_store.py).
 
 When Redis is unreachable, slow (past the timeout) or the app's breaker is open, `pick` returns
 None and the pool chooses by the local copy, a per-replica token fair queue; updates that could not
@@ -20,7 +20,6 @@ pick. Without a store (no Redis: unit tests, tools) the local copy is all there 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import math
@@ -32,71 +31,19 @@ from redis.exceptions import RedisError
 
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys
-from gateway.redis.breaker import RedisBreaker
-from gateway.redis.client import RedisClient
-from gateway.redis.scripts import load_script
+from gateway.routing.jain import ServiceWindow
+from gateway.routing.vtc_store import ACTIVE_WINDOW_S, Candidate, FairShareStore
 
 log = logging.getLogger("sluicegate.fair_share")
 
-# A team counts as backlogged (active) while seen waiting or dispatched within this window; the
-# replicas where it waits or has requests in flight say so every HEARTBEAT_S. (In flight too: a
-# correction must land on the counter its charge went to, not on one lifted after the team's
-# request outlived the window, or refunding a huge estimate would put the team far below all.)
-# Short, because a team that comes back after the window starts at the least counter: the window
-# is the most idle time that still earns credit.
-ACTIVE_WINDOW_S = 5.0
+# The replicas where a team waits or has requests in flight say so every HEARTBEAT_S, which keeps
+# it active in Redis (vtc_store.ACTIVE_WINDOW_S).
 HEARTBEAT_S = 1.0
 # Updates wait this long to be sent, so that those of many requests go in one call and what the
 # request path writes to Redis (a usage record that frees a concurrency slot) goes first.
 BATCH_S = 0.005
-# Counters of a pool nobody used for this long expire; a correction that comes after is dropped.
-KEY_TTL_S = 3600.0
 # The Jain index is over the weighted service of the last this many dispatches' settlements.
 _JAIN_WINDOW = 512
-
-Candidate = tuple[str, int, float]  # team, band, cost
-
-
-class FairShareStore:
-    """The Redis side for every pool of one app."""
-
-    def __init__(
-        self,
-        redis: RedisClient,
-        breaker: RedisBreaker,
-        metrics: Metrics,
-        *,
-        timeout_s: float,
-        window_s: float = ACTIVE_WINDOW_S,
-        ttl_s: float = KEY_TTL_S,
-    ) -> None:
-        self._script = load_script(redis, "vtc")
-        self._breaker = breaker
-        self.metrics = metrics
-        self.timeout_s = timeout_s
-        self.window_s = window_s
-        self._head = [str(int(ttl_s * 1000)), str(int(window_s * 1000))]
-
-    @property
-    def available(self) -> bool:
-        return not self._breaker.open
-
-    async def call(
-        self, pool: str, updates: Sequence[tuple[str, str, float]], candidates: Sequence[Candidate]
-    ) -> list[Any]:
-        args: list[str] = [*self._head, str(len(updates))]
-        for kind, team, amount in updates:
-            args += (kind, team, repr(float(amount)))
-        args.append(str(len(candidates)))
-        for team, band, cost in candidates:
-            args += (team, str(band), repr(float(cost)))
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                reply: list[Any] = await self._script(keys=list(keys.fair_share(pool)), args=args)
-        except (RedisError, OSError, TimeoutError) as exc:
-            self._breaker.trip("fair share", exc)
-            raise
-        return reply
 
 
 class PoolShare:
@@ -118,7 +65,7 @@ class PoolShare:
         self._task: asyncio.Task[None] | None = None
         self._sending = False  # a batch of updates is on its way to Redis
         self._wake: asyncio.Event | None = None  # made by the task, on its own loop
-        self._served: collections.deque[tuple[str, float]] = collections.deque(maxlen=_JAIN_WINDOW)
+        self._served = ServiceWindow(_JAIN_WINDOW)
         self._labelled: set[str] = set()  # teams with series to remove when the pool goes
         self._waiting: dict[str, int] = {}
         # Charges made here and not yet corrected, per team: those teams stay active in Redis.
@@ -228,7 +175,7 @@ class PoolShare:
 
     def settled(self, team: str, weighted: float) -> None:
         """A settled request's actual weighted cost, for the Jain index."""
-        self._served.append((team, weighted))
+        self._served.add(team, weighted)
 
     def backlog_changed(self, team: str, waiting: int) -> int:
         """The number of the team's requests waiting here changed; returns the number before."""
@@ -430,18 +377,9 @@ class PoolShare:
     # -- reading ------------------------------------------------------------------------------
 
     def jain_index(self) -> float:
-        """Jain's fairness index, (sum x)^2 / (n * sum x^2), over the weighted service the teams
-        waiting here now got in the last dispatches: 1 is an even split by weight, 1/n one team
-        taking it all. 1 when fewer than two teams wait."""
-        waiting = set(self._backlog())
-        if len(waiting) < 2:
-            return 1.0
-        got = dict.fromkeys(waiting, 0.0)
-        for team, weighted in self._served:
-            if team in got:
-                got[team] += weighted
-        total, squares = sum(got.values()), sum(x * x for x in got.values())
-        return 1.0 if squares == 0 else total * total / (len(got) * squares)
+        """Jain's fairness index over the weighted service the teams waiting here now got in the
+        last dispatches (gateway/routing/jain.py)."""
+        return self._served.jain_index(set(self._backlog()))
 
     def close(self) -> None:
         self._closed = True
@@ -452,9 +390,8 @@ class PoolShare:
             for metric in (m.fair_share_service, m.fair_share_backlog):
                 with contextlib.suppress(KeyError):
                     metric.remove(self.pool, team)
-        for metric, labels in ((m.fair_share_jain, (self.pool,)),):
-            with contextlib.suppress(KeyError):
-                metric.remove(*labels)
+        with contextlib.suppress(KeyError):
+            m.fair_share_jain.remove(self.pool)
         for op in ("pick", "update"):
             with contextlib.suppress(KeyError):
                 m.fair_share_fallbacks.remove(self.pool, op)

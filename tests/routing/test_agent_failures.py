@@ -19,8 +19,9 @@ from gateway.proxy.worker_errors import worker_failure
 from gateway.proxy.worker_protocols import failure_event
 from gateway.routing import health
 from gateway.routing.policy import RouteRequest
-from gateway.routing.pool import Pool, retry_after
+from gateway.routing.pool import Pool
 from gateway.routing.router import Router
+from gateway.routing.unavailable import retry_after
 from tests.conftest import Gateway, GatewayFactory
 from tests.http import Reply, post
 from tests.routing.conftest import WorkerFactory, endpoint_view

@@ -15,8 +15,8 @@ from gateway.observability.metrics import Metrics
 from gateway.proxy.upstream import Upstream, new_session
 from gateway.routing.monitor import Monitor
 from gateway.routing.policy import RouteRequest
-from gateway.routing.pool import PoolUnavailable
 from gateway.routing.router import Router
+from gateway.routing.unavailable import PoolUnavailable
 from tests.routing.conftest import WorkerFactory
 from tests.waiting import eventually
 

@@ -14,7 +14,7 @@ from gateway.observability.metrics import Metrics
 from gateway.redis.breaker import RedisBreaker
 from gateway.routing.dispatch import TokenDispatch
 from gateway.routing.share import ShareTicket
-from gateway.routing.vtc import FairShareStore
+from gateway.routing.vtc_store import FairShareStore
 from tests.waiting import eventually
 
 LONG_WINDOW_S = 600.0  # no test lasts this long: a team that waited stays "waited" throughout

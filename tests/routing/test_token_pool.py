@@ -28,7 +28,7 @@ from gateway.routing.policy import RouteRequest
 from gateway.routing.pool import Pool
 from gateway.routing.share import ShareTicket
 from gateway.routing.tokenqueue import TokenQueue
-from gateway.routing.vtc import FairShareStore
+from gateway.routing.vtc_store import FairShareStore
 from tests.servers import free_port
 from tests.waiting import eventually
 

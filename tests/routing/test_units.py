@@ -17,7 +17,8 @@ from gateway.routing import health
 from gateway.routing.endpoint import Endpoint, EndpointState
 from gateway.routing.load import Load, apply_load, parse_load
 from gateway.routing.policy import RouteRequest, least_loaded, least_outstanding, session_affinity
-from gateway.routing.pool import Pool, PoolUnavailable
+from gateway.routing.pool import Pool
+from gateway.routing.unavailable import PoolUnavailable
 
 REQ = RouteRequest("m")
 

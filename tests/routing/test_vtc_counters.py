@@ -23,7 +23,8 @@ from gateway.redis.breaker import RedisBreaker
 from gateway.redis.client import RedisClient, close_redis
 from gateway.routing import vtc
 from gateway.routing.share import ShareTicket, band, weighted_cost
-from gateway.routing.vtc import FairShareStore, PoolShare
+from gateway.routing.vtc import PoolShare
+from gateway.routing.vtc_store import FairShareStore
 from tests.redis_cluster import RedisServer, async_client
 from tests.waiting import eventually
 

@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from gateway.proxy.worker_client import WorkerClient
-from gateway.proxy.worker_connection import MAX_HEAD_BYTES, BrokenOff, Malformed, WorkerResponse
+from gateway.proxy.worker_connection import MAX_HEAD_BYTES, WorkerResponse
+from gateway.proxy.worker_http import BrokenOff, Malformed
 from tests.servers import read_request
 from tests.waiting import eventually
 
@@ -451,7 +452,7 @@ def test_a_connect_without_a_descriptor_left_is_local_exhaustion_not_the_workers
         """
         import asyncio, os, resource
         from gateway.proxy.worker_client import WorkerClient
-        from gateway.proxy.worker_connection import LocalExhaustion
+        from gateway.proxy.worker_http import LocalExhaustion
 
         async def main():
             client = WorkerClient()

@@ -1,0 +1,56 @@
+"""What every worker call shares, whichever connection carries it: the closed set of its errors
+and its target, parsed from the endpoint's URL once (gateway/proxy/worker_client.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+
+class WorkerHttpError(Exception):
+    """Every failure of a worker call (the message names no address: callers log the endpoint)."""
+
+
+class Unreachable(WorkerHttpError):
+    """No connection to the worker, or it closed before the answer's head."""
+
+
+class LocalExhaustion(Unreachable):
+    """This process could not open a connection (no descriptor, no port): not the worker's doing."""
+
+
+class Malformed(WorkerHttpError):
+    """The worker's bytes are not an HTTP answer (or a head past MAX_HEAD_BYTES)."""
+
+
+class BrokenOff(WorkerHttpError):
+    """The answer's body ended before its end, or went on as bytes that are not HTTP."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    key: tuple[str, str, int]
+    host: str
+    port: int
+    tls: bool
+    prefix: bytes  # the URL's path, before the request's own
+    host_header: bytes
+
+
+def parse_target(url: str) -> Target:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise Unreachable("not an http(s) URL")
+    tls = parts.scheme == "https"
+    port = parts.port or (443 if tls else 80)
+    host = parts.hostname
+    shown = f"[{host}]" if ":" in host else host
+    default = port == (443 if tls else 80)
+    return Target(
+        key=(parts.scheme, host, port),
+        host=host,
+        port=port,
+        tls=tls,
+        prefix=parts.path.rstrip("/").encode("latin-1"),
+        host_header=(shown if default else f"{shown}:{port}").encode("latin-1"),
+    )
