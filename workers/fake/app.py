@@ -28,6 +28,9 @@ Programming headers (all optional):
 - `x-fake-error-event-after: N`: a stream sends min(N, tokens) token chunks, then one vLLM error
   event and `data: [DONE]`; a non-stream answer is a 500.
 - `x-fake-stall: 1`: send nothing for 600 s (headers included), or until the client leaves.
+- `x-fake-hold-after: N`: a stream sends min(N, tokens) token chunks, then nothing more for 600 s
+  or until the client leaves (a non-stream answer ignores it): what reached the client by then
+  was relayed while the worker was still generating.
 - `x-fake-tool-call: NAME`: if the chat request's `tools` has a function NAME, call it.
 - `x-fake-reasoning: N`: the first min(N, tokens) chat tokens are reasoning (a tool call has
   none). `x-fake-reasoning-as: field` (default) sends them as `delta.reasoning_content`
@@ -79,6 +82,7 @@ from workers.fake.aborts import InjectedAbort
 from workers.fake.agent_turns import scripted
 from workers.fake.generation import NativeEvents, answer_body, produce_native_stream, produce_stream
 from workers.fake.plan import (
+    STALL_S,
     Plan,
     chat_prompt_tokens,
     completion_prompt_tokens,
@@ -89,7 +93,6 @@ from workers.fake.plan import (
 from workers.fake.records import RequestRecord, RequestRecords, RunningGauge
 from workers.fake.stored import ResponseStore
 
-STALL_S = 600.0
 EMBEDDING_DIM = 8
 MAX_MODEL_LEN = 131072
 # Answered to a client that has already gone; the server discards it.

@@ -11,7 +11,7 @@ from starlette.types import Send
 from workers.common import framing
 from workers.common.framing import ChatFrames, CompletionFrames
 from workers.fake.aborts import InjectedAbort
-from workers.fake.plan import TOOL_ARGUMENT_FRAGMENTS, Plan
+from workers.fake.plan import STALL_S, TOOL_ARGUMENT_FRAGMENTS, Plan
 from workers.fake.records import RequestRecord
 
 Frames = ChatFrames | CompletionFrames
@@ -105,6 +105,8 @@ async def produce_stream(
     tokens = plan.tokens_to_send
     failing = plan.failure_at is not None
     for i in range(tokens):
+        if i == plan.hold_after:
+            await asyncio.sleep(STALL_S)  # cancelled when the client leaves (run_unless_disconnected)
         if plan.token_delay_s:
             await asyncio.sleep(plan.token_delay_s)
         # A failing stream never announces a finish: the failure comes instead.
@@ -157,6 +159,8 @@ async def produce_native_stream(record: RequestRecord, plan: Plan, events: Nativ
         await emit(event)
     tokens = plan.tokens_to_send
     for i in range(tokens):
+        if i == plan.hold_after:
+            await asyncio.sleep(STALL_S)  # cancelled when the client leaves (run_unless_disconnected)
         if plan.token_delay_s:
             await asyncio.sleep(plan.token_delay_s)
         await emit(events.token(i))

@@ -20,12 +20,15 @@ H_STATUS = "x-fake-status"
 H_FAIL_AFTER = "x-fake-fail-after"
 H_ERROR_EVENT_AFTER = "x-fake-error-event-after"
 H_STALL = "x-fake-stall"
+H_HOLD_AFTER = "x-fake-hold-after"
 H_TOOL_CALL = "x-fake-tool-call"
 H_REASONING = "x-fake-reasoning"
 H_REASONING_AS = "x-fake-reasoning-as"
 REASONING_FORMATS = ("field", "tags")
 
 DEFAULT_TOKENS = 8
+# How long a stall (`x-fake-stall`, `x-fake-hold-after`) lasts when the client stays.
+STALL_S = 600.0
 # The fixed arguments of an injected tool call, streamed in these fragments; each fragment counts
 # as one completion token.
 TOOL_ARGUMENT_FRAGMENTS = ('{"x": ', "1}")
@@ -42,6 +45,8 @@ class Plan:
     error_event_after: int | None
     stall: bool
     tool_call: str | None
+    hold_after: int | None = None
+    """A stream holds after this many tokens until the client leaves (`x-fake-hold-after`)."""
     reasoning: int = 0
     """The first `reasoning` tokens (of `tokens`) are reasoning, not the answer."""
     reasoning_as: str = "field"
@@ -129,6 +134,7 @@ def make_plan(headers: Mapping[str, str], body: Mapping[str, Any], *, chat: bool
         error_event_after=header_int(headers, H_ERROR_EVENT_AFTER),
         stall=headers.get(H_STALL, "0").strip().lower() not in ("", "0", "false", "no"),
         tool_call=tool_call,
+        hold_after=header_int(headers, H_HOLD_AFTER),
         reasoning=0
         if tool_call is not None or not chat
         else min(header_int(headers, H_REASONING) or 0, tokens),

@@ -137,12 +137,12 @@ def test_disconnect_stops_a_running_generation(stream: bool, pending: Callable[.
                 assert request.resp.readline() == b"\n"
         else:
             wait_for(lambda: bool(engine.calls) and engine.calls[0].tokens >= 2)
-        left_at = time.monotonic()
         request.close()
-        wait_for(lambda: load(url) == (0, 0), timeout_s=1.0)
+        # Left alone the generation ends by itself after 4 s: not completed, and under 60 of its
+        # 200 tokens, says it was stopped, whatever these waits took.
+        wait_for(lambda: load(url) == (0, 0), timeout_s=10.0)
         record = engine.calls[0]
-        wait_for(lambda: record.closed, timeout_s=1.0)
-        assert time.monotonic() - left_at < 1.0
+        wait_for(lambda: record.closed, timeout_s=10.0)
         assert not record.completed
         assert record.tokens < 60
 
@@ -150,11 +150,16 @@ def test_disconnect_stops_a_running_generation(stream: bool, pending: Callable[.
 def test_one_generation_at_a_time_even_after_a_client_left(pending: Callable[..., Pending]) -> None:
     """A buffered engine cannot be interrupted: the next request waits for it to really finish."""
     spans: list[tuple[float, float]] = []
+    # The first generation runs until the test lets it end, however slow the machine: the slot
+    # cannot free itself while the test looks.
+    gate = threading.Event()
 
     class Timed(TextOnly):
         def generate_text(self, *args: Any, **kwargs: Any) -> str:
             start = time.monotonic()
             try:
+                if not spans:
+                    gate.wait(30)
                 return super().generate_text(*args, **kwargs)
             finally:
                 spans.append((start, time.monotonic()))
@@ -166,8 +171,9 @@ def test_one_generation_at_a_time_even_after_a_client_left(pending: Callable[...
         queued = pending(url, chat("queued"))
         wait_for(lambda: load(url) == (1, 1))
         leaving.close()
-        time.sleep(0.05)
+        time.sleep(0.3)  # time to see the client leave (were it seen later, this would prove less)
         assert load(url) == (1, 1), "the slot must stay taken while the engine thread still runs"
+        gate.set()
         assert queued.result()[0] == 200
     assert len(spans) == 2
     assert spans[0][1] <= spans[1][0]
