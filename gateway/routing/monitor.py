@@ -1,14 +1,17 @@
 """The router's background work: confirming new endpoints, probing `/health`, scraping load.
 
 Three loops, started in the app's lifespan and stopped with it. Each round looks for the endpoints
-that are due, checks them with bounded concurrency (one semaphore for all three) and a short
-timeout, and applies the results on the event loop; nothing here is on a request's path.
+that are due and starts their checks, each on its own task with bounded concurrency (one semaphore
+for all three) and the pool's connect timeout, and the results are applied on the event loop;
+nothing here is on a request's path. An endpoint has at most one check of a kind out at a time,
+and the round does not wait for them: an endpoint that never answers delays only its own checks.
 
 - pending endpoints: `GET /v1/models` about once a second until it lists the pool's wire model;
-- every confirmed endpoint: `GET /health` every `health.probe_interval`, allowed the connect
-  timeout, or at the next round when one team's failures made it suspect (`Endpoint.probe_now`);
+- every confirmed endpoint: `GET /health` every `health.probe_interval`, or at the next round
+  when one team's failures made it suspect (`Endpoint.probe_now`);
 - endpoints of pools routed by load: `GET /metrics` about once a second (or each probe_interval if
-  shorter); a failed or stale scrape falls back to in-flight counts.
+  shorter). A failed scrape keeps the last load until it is `_STALE_AFTER` intervals old, then
+  falls back to in-flight counts: a late answer on a busy machine is not a worker without load.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import aiohttp
@@ -52,15 +55,18 @@ class Monitor:
         self._tick_s = tick_s
         self._clock = clock
         self._tasks: list[asyncio.Task[None]] = []
+        self._checks: set[asyncio.Task[None]] = set()
+        # The endpoints with a check of each kind out: (kind, id(endpoint)) while it runs.
+        self._running: set[tuple[str, int]] = set()
 
     def start(self) -> None:
         for loop in (self._confirm_round, self._probe_round, self._scrape_round):
             self._tasks.append(asyncio.ensure_future(self._forever(loop)))
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        for task in (*self._tasks, *self._checks):
             task.cancel()
-        for task in self._tasks:
+        for task in (*self._tasks, *self._checks):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
@@ -73,9 +79,28 @@ class Monitor:
                 log.exception("routing monitor round failed")
             await asyncio.sleep(self._tick_s)
 
-    async def _run(self, jobs: list[Awaitable[None]]) -> None:
-        if jobs:
-            await asyncio.gather(*jobs)
+    def _check(
+        self, kind: str, endpoint: Endpoint, check: Callable[..., Coroutine[Any, Any, None]], *args: Any
+    ) -> bool:
+        """Starts `check(*args)` unless one of its kind is still out for `endpoint`; False when one
+        is."""
+        running = (kind, id(endpoint))
+        if running in self._running:
+            return False
+        self._running.add(running)
+
+        async def run() -> None:
+            try:
+                await check(*args)
+            except Exception:  # a bug in one check must not be lost in a task nobody awaits
+                log.exception("routing monitor %s failed", kind)
+            finally:
+                self._running.discard(running)
+
+        task = asyncio.ensure_future(run())
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+        return True
 
     async def _get(self, url: str, timeout_s: float) -> tuple[int, bytes] | None:
         """Status and body, or None when the endpoint could not be reached in time."""
@@ -91,13 +116,11 @@ class Monitor:
 
     async def _confirm_round(self) -> None:
         now = self._clock()
-        jobs: list[Awaitable[None]] = []
         for pool in self._router.pools():
             for endpoint in pool.endpoints:
-                if not endpoint.confirmed and now - endpoint.last_probe_at >= CONFIRM_INTERVAL_S:
+                due = not endpoint.confirmed and now - endpoint.last_probe_at >= CONFIRM_INTERVAL_S
+                if due and self._check("probe", endpoint, self._confirm, pool, endpoint):
                     endpoint.last_probe_at = now
-                    jobs.append(self._confirm(pool, endpoint))
-        await self._run(jobs)
 
     async def _confirm(self, pool: Pool, endpoint: Endpoint) -> None:
         got = await self._read_models(pool, endpoint)
@@ -121,13 +144,11 @@ class Monitor:
 
     async def _probe_round(self) -> None:
         now = self._clock()
-        jobs: list[Awaitable[None]] = []
         for pool in self._router.pools():
             for endpoint in pool.endpoints:
-                if endpoint.confirmed and now - endpoint.last_probe_at >= pool.health.probe_interval:
+                due = endpoint.confirmed and now - endpoint.last_probe_at >= pool.health.probe_interval
+                if due and self._check("probe", endpoint, self._probe, pool, endpoint):
                     endpoint.last_probe_at = now
-                    jobs.append(self._probe(pool, endpoint))
-        await self._run(jobs)
 
     async def _probe(self, pool: Pool, endpoint: Endpoint) -> None:
         if not endpoint.models_read:  # a configured endpoint, never confirmed through /v1/models
@@ -135,7 +156,6 @@ class Monitor:
         # The connect timeout, not the interval: a short interval is for noticing a failure soon,
         # and a probe cut at 0.2 s failed every endpoint at once whenever this replica's own loop
         # was late by that much (a 503 for the whole pool from one busy moment of the gateway).
-        # Rounds run one after another, so a slow answer delays the next round, never doubles it.
         got = await self._get(endpoint.url + "/health", pool.model.timeouts.connect)
         # A server without a /health route (404/405) still answered: it is up, and passive
         # ejection still guards its requests. Only silence, errors and 5xx mark it unhealthy.
@@ -154,28 +174,25 @@ class Monitor:
 
     async def _scrape_round(self) -> None:
         now = self._clock()
-        jobs: list[Awaitable[None]] = []
         for pool in self._router.pools():
             if not pool.scraped:
                 continue
             interval = min(SCRAPE_INTERVAL_S, pool.health.probe_interval)
             for endpoint in pool.endpoints:
-                if not endpoint.confirmed:
-                    continue
-                if endpoint.scraped_at is not None and now - endpoint.scraped_at > _STALE_AFTER * interval:
-                    forget_load(endpoint)
-                if now - endpoint.last_scrape_at >= interval:
+                due = endpoint.confirmed and now - endpoint.last_scrape_at >= interval
+                if due and self._check("scrape", endpoint, self._scrape, pool, endpoint, interval):
                     endpoint.last_scrape_at = now
-                    jobs.append(self._scrape(pool, endpoint, interval))
-        await self._run(jobs)
 
     async def _scrape(self, pool: Pool, endpoint: Endpoint, interval: float) -> None:
-        got = await self._get(endpoint.url + "/metrics", min(interval, pool.model.timeouts.connect))
+        got = await self._get(endpoint.url + "/metrics", pool.model.timeouts.connect)
         load = parse_load(got[1].decode("utf-8", "replace")) if got is not None and got[0] == 200 else None
-        if load is None:
+        now = self._clock()
+        if load is not None:
+            apply_load(endpoint, load, now)
+        # Judged here, when a scrape has failed, not in the round: a replica whose own loop was
+        # late keeps the load its next scrape will refresh.
+        elif endpoint.scraped_at is not None and now - endpoint.scraped_at > _STALE_AFTER * interval:
             forget_load(endpoint)
-        else:
-            apply_load(endpoint, load, self._clock())
 
 
 _NO_HEALTH_ROUTE = frozenset({404, 405})

@@ -166,3 +166,47 @@ def test_the_health_probe_marks_a_failing_worker_unhealthy_but_not_one_without_t
         assert sick.requests == 0
         sick.health_status = 200
         wait_until(lambda: endpoint_view(gw, "m", sick_url)["state"] == "healthy", 3, "a passing probe heals")
+
+
+def test_a_health_answer_slower_than_the_probe_interval_still_passes(
+    make_gateway: GatewayFactory, workers: WorkerFactory
+) -> None:
+    """A probe is allowed the connect timeout (30 s here), not the interval (0.1 s): an endpoint
+    that answers /health in 0.5 s is healthy, however often it is probed."""
+    slow, slow_url = workers()
+    slow.health_delay_s = 0.5
+    table = ModelTable(
+        (
+            ModelConfig(
+                name="m",
+                endpoints=(slow_url,),
+                timeouts=Timeouts(connect=30),
+                health=HealthConfig(probe_interval=0.1),
+            ),
+        )
+    )
+    with make_gateway(table) as gw:
+        wait_until(lambda: slow.health_probes >= 3, 20, "three probes answered")
+        assert endpoint_view(gw, "m", slow_url)["state"] == "healthy"
+        assert chat(gw, gw.new_key()["key"]).status == 200
+
+
+def test_an_endpoint_whose_health_never_answers_delays_only_its_own_probes(
+    make_gateway: GatewayFactory, workers: WorkerFactory
+) -> None:
+    hung, hung_url = workers(models=("a",))
+    hung.health_hang = True  # its first probe waits out the 30 s connect timeout
+    sick, sick_url = workers(models=("b",))
+    quick = HealthConfig(probe_interval=0.1)
+    table = ModelTable(
+        (
+            ModelConfig(name="a", endpoints=(hung_url,), timeouts=Timeouts(connect=30), health=quick),
+            ModelConfig(name="b", endpoints=(sick_url,), health=quick),
+        )
+    )
+    with make_gateway(table) as gw:
+        wait_until(lambda: hung.health_probes == 1, 10, "the hung endpoint was probed")
+        sick.health_status = 503
+        # Within 10 s, while the hung probe still has 20 s to go: the other pool's probes went on.
+        wait_until(lambda: endpoint_view(gw, "b", sick_url)["state"] == "unhealthy", 10, "b probed")
+        assert hung.health_probes == 1, "a second probe was sent while the first was still out"

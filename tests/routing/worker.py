@@ -36,6 +36,8 @@ class ProgrammableWorker:
         self.fail_status: int | None = None  # answer every generation with this status
         self.health_status = 200
         self.health_probes = 0  # GET /health received
+        self.health_delay_s = 0.0  # each /health answer takes this long
+        self.health_hang = False  # /health answers only once this is cleared
         self.stall = False  # generations never answer (/health still does)
         # Generations that got a slot keep it while this is set: a queue that lasts until a test
         # lets it go, however long the test's own requests take.
@@ -70,6 +72,10 @@ class ProgrammableWorker:
 
     async def health(self, request: Request) -> Response:
         self.health_probes += 1
+        await asyncio.sleep(self.health_delay_s)
+        # Polled, not an Event: the flag is flipped from the test's thread, not this loop.
+        while self.health_hang:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
         return Response(b"{}", status_code=self.health_status, media_type="application/json")
 
     async def metrics(self, request: Request) -> Response:
