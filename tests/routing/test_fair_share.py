@@ -106,7 +106,7 @@ def test_a_queue_timeout_is_a_503_with_retry_after(
 def test_a_client_that_leaves_while_queued_leaves_the_queue_at_once(
     make_gateway: GatewayFactory, workers: WorkerFactory
 ) -> None:
-    with _one_slot_taken(make_gateway, workers, max_queue_wait=30) as (gw, key, worker):
+    with _one_slot_taken(make_gateway, workers, max_queue_wait=600) as (gw, key, worker):
         body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
         port = int(gw.url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
@@ -117,7 +117,7 @@ def test_a_client_that_leaves_while_queued_leaves_the_queue_at_once(
             sock.sendall(head.encode() + body)
             wait_until(lambda: metric(gw, "sluicegate_pool_queue_depth", pool="m") == 1, 10, "queued")
         # The client hung up while its request waited in the queue. The slot stays taken and the
-        # queue's wait is 30 s: only the client's leaving can empty the queue within 10.
+        # queue's wait is 600 s: only the client's leaving can empty the queue.
         wait_until(lambda: metric(gw, "sluicegate_pool_queue_depth", pool="m") == 0, 10, "queue emptied")
         assert worker.requests == 1  # the one that held the slot; the queued one never went out
     assert worker.requests == 1

@@ -28,9 +28,9 @@ Programming headers (all optional):
 - `x-fake-error-event-after: N`: a stream sends min(N, tokens) token chunks, then one vLLM error
   event and `data: [DONE]`; a non-stream answer is a 500.
 - `x-fake-stall: 1`: send nothing for 600 s (headers included), or until the client leaves.
-- `x-fake-hold-after: N`: a stream sends min(N, tokens) token chunks, then nothing more for 600 s
-  or until the client leaves (a non-stream answer ignores it): what reached the client by then
-  was relayed while the worker was still generating.
+- `x-fake-hold-after: N`: a stream sends min(N, tokens) token chunks (the role chunk or opening
+  events first), then nothing more for 600 s or until the client leaves (a non-stream answer
+  ignores it): what reached the client by then was relayed while the worker was still generating.
 - `x-fake-tool-call: NAME`: if the chat request's `tools` has a function NAME, call it.
 - `x-fake-reasoning: N`: the first min(N, tokens) chat tokens are reasoning (a tool call has
   none). `x-fake-reasoning-as: field` (default) sends them as `delta.reasoning_content`

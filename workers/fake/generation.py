@@ -80,6 +80,13 @@ def _token_chunk(frames: Frames, plan: Plan, i: int, finish_reason: str | None) 
     return frames.token(token_text(i), generated=i + 1)
 
 
+async def _hold_if(plan: Plan, sent: int) -> None:
+    """`x-fake-hold-after`: nothing more until the client leaves (run_unless_disconnected cancels
+    this when it does), or STALL_S."""
+    if plan.holds_at(sent):
+        await asyncio.sleep(STALL_S)
+
+
 async def produce_stream(
     record: RequestRecord,
     plan: Plan,
@@ -105,14 +112,14 @@ async def produce_stream(
     tokens = plan.tokens_to_send
     failing = plan.failure_at is not None
     for i in range(tokens):
-        if i == plan.hold_after:
-            await asyncio.sleep(STALL_S)  # cancelled when the client leaves (run_unless_disconnected)
+        await _hold_if(plan, i)
         if plan.token_delay_s:
             await asyncio.sleep(plan.token_delay_s)
         # A failing stream never announces a finish: the failure comes instead.
         last = not failing and i == tokens - 1
         await emit(_token_chunk(frames, plan, i, plan.finish_reason if last else None))
         record.tokens_sent += 1
+    await _hold_if(plan, tokens)
     if plan.fail_after is not None:
         raise InjectedAbort(f"fake worker: injected abort after {tokens} tokens")
     if failing:
@@ -159,12 +166,12 @@ async def produce_native_stream(record: RequestRecord, plan: Plan, events: Nativ
         await emit(event)
     tokens = plan.tokens_to_send
     for i in range(tokens):
-        if i == plan.hold_after:
-            await asyncio.sleep(STALL_S)  # cancelled when the client leaves (run_unless_disconnected)
+        await _hold_if(plan, i)
         if plan.token_delay_s:
             await asyncio.sleep(plan.token_delay_s)
         await emit(events.token(i))
         record.tokens_sent += 1
+    await _hold_if(plan, tokens)
     if plan.fail_after is not None:
         raise InjectedAbort(f"fake worker: injected abort after {tokens} tokens")
     if plan.failure_at is not None:

@@ -58,6 +58,10 @@ class Plan:
         after = self.fail_after if self.fail_after is not None else self.error_event_after
         return None if after is None else min(after, self.tokens)
 
+    def holds_at(self, sent: int) -> bool:
+        """Whether the stream holds once `sent` token chunks are out: after min(N, tokens)."""
+        return self.hold_after is not None and sent == min(self.hold_after, self.tokens_to_send)
+
     @property
     def tokens_to_send(self) -> int:
         failure_at = self.failure_at

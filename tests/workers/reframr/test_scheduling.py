@@ -128,7 +128,8 @@ def test_queued_clients_that_left_are_never_run(
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_disconnect_stops_a_running_generation(stream: bool, pending: Callable[..., Pending]) -> None:
-    engine = DeterministicEngine(answer_tokens=200, token_delay_s=0.02)  # 4 s if left alone
+    # 100 s if left alone, far past this module's 10 s timeout: only the stop can complete the test.
+    engine = DeterministicEngine(answer_tokens=200, token_delay_s=0.5)
     with run_uvicorn(create_app(engine, MODEL)) as url:
         request = pending(url, chat("long", stream=stream))
         if stream:
@@ -138,13 +139,11 @@ def test_disconnect_stops_a_running_generation(stream: bool, pending: Callable[.
         else:
             wait_for(lambda: bool(engine.calls) and engine.calls[0].tokens >= 2)
         request.close()
-        # Left alone the generation ends by itself after 4 s: not completed, and under 60 of its
-        # 200 tokens, says it was stopped, whatever these waits took.
-        wait_for(lambda: load(url) == (0, 0), timeout_s=10.0)
+        wait_for(lambda: load(url) == (0, 0), timeout_s=8.0)
         record = engine.calls[0]
-        wait_for(lambda: record.closed, timeout_s=10.0)
+        wait_for(lambda: record.closed, timeout_s=8.0)
         assert not record.completed
-        assert record.tokens < 60
+        assert record.tokens < 200
 
 
 def test_one_generation_at_a_time_even_after_a_client_left(pending: Callable[..., Pending]) -> None:
@@ -170,10 +169,12 @@ def test_one_generation_at_a_time_even_after_a_client_left(pending: Callable[...
         wait_for(lambda: load(url) == (1, 0))
         queued = pending(url, chat("queued"))
         wait_for(lambda: load(url) == (1, 1))
-        leaving.close()
-        time.sleep(0.3)  # time to see the client leave (were it seen later, this would prove less)
-        assert load(url) == (1, 1), "the slot must stay taken while the engine thread still runs"
-        gate.set()
+        try:
+            leaving.close()
+            time.sleep(0.3)  # time to see the client leave (were it seen later, this would prove less)
+            assert load(url) == (1, 1), "the slot must stay taken while the engine thread still runs"
+        finally:
+            gate.set()  # never leave the engine thread waiting: the server's shutdown waits for it
         assert queued.result()[0] == 200
     assert len(spans) == 2
     assert spans[0][1] <= spans[1][0]
