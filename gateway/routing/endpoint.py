@@ -83,7 +83,8 @@ class Endpoint:
         self.failing_teams.clear()
 
     def probe_now(self) -> None:
-        """Makes its `/health` probe due at the monitor's next round, whatever the interval."""
+        """Makes its `/health` probe due at once, whatever the interval: at the monitor's next
+        round, or as soon as a probe still out ends."""
         self.last_probe_at = float("-inf")
 
     def refresh(self) -> None:

@@ -1,17 +1,21 @@
 """The router's background work: confirming new endpoints, probing `/health`, scraping load.
 
 Three loops, started in the app's lifespan and stopped with it. Each round looks for the endpoints
-that are due and starts their checks, each on its own task with bounded concurrency (one semaphore
-for all three) and the pool's connect timeout, and the results are applied on the event loop;
-nothing here is on a request's path. An endpoint has at most one check of a kind out at a time,
-and the round does not wait for them: an endpoint that never answers delays only its own checks.
+that are due and starts their checks, each on its own task, and the results are applied on the
+event loop; nothing here is on a request's path. An endpoint has at most one check of a kind out
+at a time, and the round does not wait for them: an endpoint that never answers delays its own
+checks, and takes one of the `concurrency` slots of that kind (probes and confirmations share
+theirs, scrapes have their own) until its timeout.
 
-- pending endpoints: `GET /v1/models` about once a second until it lists the pool's wire model;
-- every confirmed endpoint: `GET /health` every `health.probe_interval`, or at the next round
-  when one team's failures made it suspect (`Endpoint.probe_now`);
-- endpoints of pools routed by load: `GET /metrics` about once a second (or each probe_interval if
-  shorter). A failed scrape keeps the last load until it is `_STALE_AFTER` intervals old, then
-  falls back to in-flight counts: a late answer on a busy machine is not a worker without load.
+- pending endpoints: `GET /v1/models` about once a second until it lists the pool's wire model
+  (allowed min(2 s, connect));
+- every confirmed endpoint: `GET /health` every `health.probe_interval`, allowed the pool's
+  connect timeout, or at the first round with none out when one team's failures made it suspect
+  (`Endpoint.probe_now`);
+- usable endpoints of pools routed by load: `GET /metrics` about once a second (or each
+  probe_interval if shorter), allowed the connect timeout. A load is forgotten (in-flight counts
+  decide) once no scrape has refreshed it for `_STALE_AFTER` intervals: when a scrape fails past
+  that, or when the one still out has gone unanswered that long. A loop that was late keeps it.
 """
 
 from __future__ import annotations
@@ -51,13 +55,14 @@ class Monitor:
     ) -> None:
         self._router = router
         self._session = session
-        self._slots = asyncio.Semaphore(concurrency)
+        # Separate slots, so that hung scrapes never hold up a probe, nor hung probes a scrape.
+        self._slots = {"probe": asyncio.Semaphore(concurrency), "scrape": asyncio.Semaphore(concurrency)}
         self._tick_s = tick_s
         self._clock = clock
         self._tasks: list[asyncio.Task[None]] = []
         self._checks: set[asyncio.Task[None]] = set()
-        # The endpoints with a check of each kind out: (kind, id(endpoint)) while it runs.
-        self._running: set[tuple[str, int]] = set()
+        # (kind, endpoint) for each check out, until its task is done (started or not).
+        self._running: set[tuple[str, Endpoint]] = set()
 
     def start(self) -> None:
         for loop in (self._confirm_round, self._probe_round, self._scrape_round):
@@ -84,7 +89,7 @@ class Monitor:
     ) -> bool:
         """Starts `check(*args)` unless one of its kind is still out for `endpoint`; False when one
         is."""
-        running = (kind, id(endpoint))
+        running = (kind, endpoint)
         if running in self._running:
             return False
         self._running.add(running)
@@ -94,17 +99,20 @@ class Monitor:
                 await check(*args)
             except Exception:  # a bug in one check must not be lost in a task nobody awaits
                 log.exception("routing monitor %s failed", kind)
-            finally:
-                self._running.discard(running)
+
+        def done(task: asyncio.Task[None]) -> None:
+            # A callback, not a finally: it runs too for a task cancelled before its first step.
+            self._checks.discard(task)
+            self._running.discard(running)
 
         task = asyncio.ensure_future(run())
         self._checks.add(task)
-        task.add_done_callback(self._checks.discard)
+        task.add_done_callback(done)
         return True
 
-    async def _get(self, url: str, timeout_s: float) -> tuple[int, bytes] | None:
+    async def _get(self, kind: str, url: str, timeout_s: float) -> tuple[int, bytes] | None:
         """Status and body, or None when the endpoint could not be reached in time."""
-        async with self._slots:
+        async with self._slots[kind]:
             try:
                 async with asyncio.timeout(timeout_s):
                     async with self._session.get(url) as response:
@@ -134,7 +142,7 @@ class Monitor:
         """GET /v1/models, and the context the worker reports for the pool's model (the output
         cap's context clamp, gateway/limits/output.py), read once per endpoint: any answer counts
         as read, so a worker without the route is not asked again."""
-        got = await self._get(endpoint.url + "/v1/models", min(2.0, pool.model.timeouts.connect))
+        got = await self._get("probe", endpoint.url + "/v1/models", min(2.0, pool.model.timeouts.connect))
         if got is not None:
             endpoint.models_read = True
             endpoint.max_model_len = _max_model_len(got[1], pool.wire_model) if got[0] == 200 else None
@@ -156,7 +164,7 @@ class Monitor:
         # The connect timeout, not the interval: a short interval is for noticing a failure soon,
         # and a probe cut at 0.2 s failed every endpoint at once whenever this replica's own loop
         # was late by that much (a 503 for the whole pool from one busy moment of the gateway).
-        got = await self._get(endpoint.url + "/health", pool.model.timeouts.connect)
+        got = await self._get("probe", endpoint.url + "/health", pool.model.timeouts.connect)
         # A server without a /health route (404/405) still answered: it is up, and passive
         # ejection still guards its requests. Only silence, errors and 5xx mark it unhealthy.
         ok = got is not None and (got[0] == 200 or got[0] in _NO_HEALTH_ROUTE)
@@ -178,13 +186,23 @@ class Monitor:
             if not pool.scraped:
                 continue
             interval = min(SCRAPE_INTERVAL_S, pool.health.probe_interval)
+            stale_s = _STALE_AFTER * interval
             for endpoint in pool.endpoints:
-                due = endpoint.confirmed and now - endpoint.last_scrape_at >= interval
-                if due and self._check("scrape", endpoint, self._scrape, pool, endpoint, interval):
+                # Not one that takes no requests: its load decides nothing until it is back (and
+                # is old by then), and a dead one's scrapes would hold slots the others need.
+                if not endpoint.usable:
+                    if endpoint.scraped_at is not None and now - endpoint.scraped_at > stale_s:
+                        forget_load(endpoint)
+                    continue
+                if now - endpoint.last_scrape_at < interval:
+                    continue
+                if self._check("scrape", endpoint, self._scrape, pool, endpoint, interval):
                     endpoint.last_scrape_at = now
+                elif now - endpoint.last_scrape_at > stale_s:
+                    forget_load(endpoint)  # the scrape still out has gone unanswered that long
 
     async def _scrape(self, pool: Pool, endpoint: Endpoint, interval: float) -> None:
-        got = await self._get(endpoint.url + "/metrics", pool.model.timeouts.connect)
+        got = await self._get("scrape", endpoint.url + "/metrics", pool.model.timeouts.connect)
         load = parse_load(got[1].decode("utf-8", "replace")) if got is not None and got[0] == 200 else None
         now = self._clock()
         if load is not None:

@@ -34,7 +34,7 @@ def workers() -> Iterator[WorkerFactory]:
             yield start
         finally:
             for worker in started:  # a stalled request would outlast the server's shutdown grace
-                worker.stall = worker.hold = worker.health_hang = False
+                worker.stall = worker.hold = worker.health_hang = worker.metrics_hang = False
 
 
 def chat(gw: Gateway, key: str, model: str = "m", **extra: Any) -> Any:

@@ -210,3 +210,52 @@ def test_an_endpoint_whose_health_never_answers_delays_only_its_own_probes(
         # Within 10 s, while the hung probe still has 20 s to go: the other pool's probes went on.
         wait_until(lambda: endpoint_view(gw, "b", sick_url)["state"] == "unhealthy", 10, "b probed")
         assert hung.health_probes == 1, "a second probe was sent while the first was still out"
+
+
+def test_a_load_whose_scrape_never_answers_is_forgotten_after_three_intervals(
+    make_gateway: GatewayFactory, workers: WorkerFactory
+) -> None:
+    """Scraped each second, each scrape allowed 30 s: the load goes once the scrape still out has
+    gone unanswered for three seconds, long before that scrape's own timeout."""
+    worker, url = workers()
+    table = ModelTable(
+        (
+            ModelConfig(
+                name="m",
+                endpoints=(url,),
+                routing=RoutingConfig(policy="least_loaded"),
+                timeouts=Timeouts(connect=30),
+                health=HealthConfig(probe_interval=60),
+            ),
+        )
+    )
+    with make_gateway(table) as gw:
+        wait_until(lambda: endpoint_view(gw, "m", url)["load"] is not None, 10, "the load was scraped")
+        worker.metrics_hang = True
+        wait_until(lambda: endpoint_view(gw, "m", url)["load"] is None, 15, "the stale load was forgotten")
+        assert endpoint_view(gw, "m", url)["state"] == "healthy"  # /health still answers
+
+
+def test_an_endpoint_that_takes_no_requests_is_not_scraped(
+    make_gateway: GatewayFactory, workers: WorkerFactory
+) -> None:
+    _good, good_url = workers()
+    sick, sick_url = workers()
+    table = ModelTable(
+        (
+            ModelConfig(
+                name="m",
+                endpoints=(good_url, sick_url),
+                routing=RoutingConfig(policy="least_loaded"),
+                health=HealthConfig(probe_interval=0.1),  # probed and scraped every 0.1 s
+            ),
+        )
+    )
+    with make_gateway(table) as gw:
+        wait_until(lambda: sick.metrics_scrapes >= 1, 10, "scraped while healthy")
+        sick.health_status = 503
+        wait_until(lambda: endpoint_view(gw, "m", sick_url)["state"] == "unhealthy", 10, "probe failed")
+        scrapes, probes = sick.metrics_scrapes, sick.health_probes
+        wait_until(lambda: sick.health_probes >= probes + 10, 20, "ten more probes")
+        assert sick.metrics_scrapes <= scrapes + 1  # one may have been out when it turned
+        assert endpoint_view(gw, "m", sick_url)["load"] is None  # and its old load went with it

@@ -38,6 +38,8 @@ class ProgrammableWorker:
         self.health_probes = 0  # GET /health received
         self.health_delay_s = 0.0  # each /health answer takes this long
         self.health_hang = False  # /health answers only once this is cleared
+        self.metrics_scrapes = 0  # GET /metrics received
+        self.metrics_hang = False  # /metrics answers only once this is cleared
         self.stall = False  # generations never answer (/health still does)
         # Generations that got a slot keep it while this is set: a queue that lasts until a test
         # lets it go, however long the test's own requests take.
@@ -79,6 +81,9 @@ class ProgrammableWorker:
         return Response(b"{}", status_code=self.health_status, media_type="application/json")
 
     async def metrics(self, request: Request) -> Response:
+        self.metrics_scrapes += 1
+        while self.metrics_hang:  # noqa: ASYNC110 (flipped from the test's thread)
+            await asyncio.sleep(0.05)
         lines = [
             f'vllm:num_requests_running{{model_name="{m}",engine="0"}} {self.running if i == 0 else 0}'
             for i, m in enumerate(self.models)
