@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from tests.servers import run_uvicorn
-from tests.workers.test_fake_worker import OpenStream, _connect, _send, call, record_of, wait_for
+from tests.workers.test_fake_worker import OpenStream, _connect, _send, assert_held_then_left, call, record_of
 from workers.fake import create_app
 from workers.fake.aborts import HideInjectedAborts
 
@@ -198,18 +198,12 @@ def test_message_fail_after_drops_the_connection(base_url: str) -> None:
 
 def test_message_stream_holds_after_n_tokens_until_the_client_leaves(base_url: str) -> None:
     headers = {"x-fake-tokens": "5", "x-fake-hold-after": "1", "x-request-id": "native-hold"}
-    stream = OpenStream(base_url, "/v1/messages", message_body(stream=True), headers)
-    try:
+    with OpenStream(base_url, "/v1/messages", message_body(stream=True), headers) as stream:
         names = []
         while "content_block_delta" not in names:  # the opening events, then one token
             event = stream.next_event()[1]  # its lines, joined: b"event: NAME" b"data: {...}"
             names.append(orjson.loads(event.split(b"data: ", 1)[1])["type"])
-        assert record_of(base_url, "native-hold")["tokens_sent"] == 1
-        assert record_of(base_url, "native-hold")["state"] == "running"
-    finally:
-        stream.close()
-    wait_for(lambda: record_of(base_url, "native-hold")["state"] == "disconnected", 8.0)
-    assert record_of(base_url, "native-hold")["tokens_sent"] == 1
+        assert_held_then_left(base_url, "native-hold", 1, stream)
 
 
 def test_count_tokens(base_url: str) -> None:

@@ -165,6 +165,22 @@ class OpenStream:
         self.resp.close()
         self.conn.close()
 
+    def __enter__(self) -> OpenStream:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def assert_held_then_left(base_url: str, request_id: str, sent: int, stream: OpenStream) -> None:
+    """`x-fake-hold-after`: the worker holds with `sent` token chunks out while the client reads
+    on, and sends nothing more once the client (closing `stream`) has left."""
+    record = record_of(base_url, request_id)
+    assert (record["state"], record["tokens_sent"]) == ("running", sent)
+    stream.close()
+    wait_for(lambda: record_of(base_url, request_id)["state"] == "disconnected", 8.0)
+    assert record_of(base_url, request_id)["tokens_sent"] == sent
+
 
 # --- plain endpoints ----------------------------------------------------------------------------
 
@@ -504,28 +520,18 @@ def test_worker_sees_a_client_leave_mid_stream(base_url: str) -> None:
 
 def test_hold_after_sends_that_many_tokens_then_holds_until_the_client_leaves(base_url: str) -> None:
     headers = {"x-fake-tokens": "5", "x-fake-hold-after": "2", "x-request-id": "hold-2"}
-    stream = OpenStream(base_url, "/v1/chat/completions", chat_body(stream=True), headers)
-    try:
+    with OpenStream(base_url, "/v1/chat/completions", chat_body(stream=True), headers) as stream:
         events = [orjson.loads(stream.next_event()[1].removeprefix(b"data: ")) for _ in range(3)]
         assert [e["choices"][0]["delta"].get("content") for e in events[1:]] == ["tok0 ", "tok1 "]
-        assert record_of(base_url, "hold-2")["tokens_sent"] == 2
-        assert record_of(base_url, "hold-2")["state"] == "running"
-    finally:
-        stream.close()
-    wait_for(lambda: record_of(base_url, "hold-2")["state"] == "disconnected", 10.0)
-    assert record_of(base_url, "hold-2")["tokens_sent"] == 2
+        assert_held_then_left(base_url, "hold-2", 2, stream)
 
 
 def test_hold_after_all_the_tokens_holds_before_the_end(base_url: str) -> None:
     headers = {"x-fake-tokens": "2", "x-fake-hold-after": "9", "x-request-id": "hold-9"}
-    stream = OpenStream(base_url, "/v1/chat/completions", chat_body(stream=True), headers)
-    try:
+    with OpenStream(base_url, "/v1/chat/completions", chat_body(stream=True), headers) as stream:
         events = [orjson.loads(stream.next_event()[1].removeprefix(b"data: ")) for _ in range(3)]
         assert events[-1]["choices"][0]["finish_reason"] == "stop"  # the last token chunk
-        assert record_of(base_url, "hold-9")["state"] == "running"  # no usage, no [DONE] yet
-    finally:
-        stream.close()
-    wait_for(lambda: record_of(base_url, "hold-9")["state"] == "disconnected", 10.0)
+        assert_held_then_left(base_url, "hold-9", 2, stream)  # no usage, no [DONE] yet
 
 
 @pytest.mark.parametrize("stream", [True, False])
