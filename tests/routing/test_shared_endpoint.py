@@ -22,7 +22,9 @@ from tests.routing.worker import ProgrammableWorker
 from tests.servers import run_uvicorn
 from tests.waiting import wait_until
 
-FAST = Timeouts(connect=0.5, first_token=0.6, idle=2, total=0.6)
+# Short enough that the stalled requests cost seconds; long enough that a healthy worker on a busy
+# machine never times out (a spurious timeout would be one more team's failure).
+FAST = Timeouts(connect=2, first_token=2, idle=4, total=2)
 HEALTH = HealthConfig(failures_to_eject=2, ejection_base=30, ejection_max=60, probe_interval=3600)
 FAIL_500 = {"x-worker-fail-status": "500"}
 
