@@ -191,8 +191,7 @@ class Monitor:
                 # Not one that takes no requests: its load decides nothing until it is back (and
                 # is old by then), and a dead one's scrapes would hold slots the others need.
                 if not endpoint.usable:
-                    if endpoint.scraped_at is not None and now - endpoint.scraped_at > stale_s:
-                        forget_load(endpoint)
+                    _forget_if_stale(endpoint, now, stale_s)
                     continue
                 if now - endpoint.last_scrape_at < interval:
                     continue
@@ -204,16 +203,20 @@ class Monitor:
     async def _scrape(self, pool: Pool, endpoint: Endpoint, interval: float) -> None:
         got = await self._get("scrape", endpoint.url + "/metrics", pool.model.timeouts.connect)
         load = parse_load(got[1].decode("utf-8", "replace")) if got is not None and got[0] == 200 else None
-        now = self._clock()
         if load is not None:
-            apply_load(endpoint, load, now)
-        # Judged here, when a scrape has failed, not in the round: a replica whose own loop was
-        # late keeps the load its next scrape will refresh.
-        elif endpoint.scraped_at is not None and now - endpoint.scraped_at > _STALE_AFTER * interval:
-            forget_load(endpoint)
+            apply_load(endpoint, load, self._clock())
+        else:
+            # Judged here, when a scrape has failed, not in the round: a replica whose own loop
+            # was late keeps the load its next scrape will refresh.
+            _forget_if_stale(endpoint, self._clock(), _STALE_AFTER * interval)
 
 
 _NO_HEALTH_ROUTE = frozenset({404, 405})
+
+
+def _forget_if_stale(endpoint: Endpoint, now: float, stale_s: float) -> None:
+    if endpoint.scraped_at is not None and now - endpoint.scraped_at > stale_s:
+        forget_load(endpoint)
 
 
 def _models(body: bytes) -> list[dict[str, Any]]:
