@@ -28,6 +28,7 @@ from gateway import __version__
 from gateway.admin.audit import AuditLog
 from gateway.admin.deps import AdminDeps
 from gateway.admin.models import admin_model_routes
+from gateway.admin.role_routes import role_routes
 from gateway.admin.routes import admin_routes
 from gateway.apis import APIS, ClientApi
 from gateway.config import Settings
@@ -40,6 +41,7 @@ from gateway.edge.key_info import KeyInfoDeps, key_info
 from gateway.edge.middleware import RequestContextMiddleware
 from gateway.errors import ErrorCode, GatewayError, from_http_status
 from gateway.http.networks import trusted_networks
+from gateway.identity.bindings import BindingStore
 from gateway.keys.auth import Authenticator, bearer_token
 from gateway.keys.credentials import secret_headers
 from gateway.keys.store import KeyStore
@@ -190,7 +192,13 @@ def create_app(
         )
         audit = AuditLog(redis, max_entries=settings.audit_max_entries)
         admin = AdminDeps(
-            settings=settings, keystore=keystore, auth=auth, meter=meter, router=router, audit=audit
+            settings=settings,
+            keystore=keystore,
+            auth=auth,
+            meter=meter,
+            router=router,
+            audit=audit,
+            bindings=BindingStore(redis),
         )
         invalidations = asyncio.ensure_future(auth.follow_invalidations(redis))
         # Token fair share: every replica charges and reads the same counters (routing/vtc.py),
@@ -305,6 +313,7 @@ def create_app(
         admin=[
             *admin_routes(),
             *admin_model_routes(),
+            *role_routes(),
             # The web admin console under /admin/ui/ (gateway/console/): the same store and rules.
             console_mount(settings),
             Route("/metrics", metrics_endpoint, methods=["GET"]),

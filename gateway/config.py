@@ -20,6 +20,7 @@ from gateway.discovery.trust import (
     parse_model_namespaces,
 )
 from gateway.errors import ConfigError
+from gateway.identity.oidc import OidcSettings
 from gateway.observability.logs import LOG_FORMATS
 from gateway.observability.tracing import TracingConfig
 from gateway.redis.url import validate_redis_url
@@ -92,6 +93,10 @@ class Settings:
     client_write_stall_s: float = 5.0
     # Peers whose X-Forwarded-For the gateway extends instead of replacing (IPs or CIDRs).
     trusted_proxies: tuple[str, ...] = ()
+    # People on the admin plane (gateway/identity/, docs/access.md): the IdP whose access tokens
+    # the admin API takes (SLUICEGATE_OIDC_*); None: the admin token alone.
+    oidc: OidcSettings | None = None
+    oidc_client_id: str | None = None
     # Which namespaces may serve which autodiscovered model; a model with no entry only the
     # gateway's own namespace. Weights above the cap refuse the Service (gateway/discovery/trust.py).
     kubernetes_model_namespaces: ModelNamespaces = ()
@@ -218,6 +223,8 @@ class Settings:
                 "SLUICEGATE_PREFIX_SHARE_INTERVAL", defaults.prefix_share_interval_s, float, zero=True
             ),
             trusted_proxies=_trusted_proxies(env.get("SLUICEGATE_TRUSTED_PROXIES") or ""),
+            oidc=_oidc(env),
+            oidc_client_id=env.get("SLUICEGATE_OIDC_CLIENT_ID") or None,
             kubernetes_model_namespaces=parse_model_namespaces(
                 env.get("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES") or ""
             ),
@@ -248,3 +255,44 @@ def _trusted_proxies(raw: str) -> tuple[str, ...]:
         except ValueError:
             raise ConfigError(f"SLUICEGATE_TRUSTED_PROXIES: not an IP or CIDR: {entry!r}") from None
     return entries
+
+
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+_CLAIM_RE = re.compile(r"[A-Za-z0-9_:.-]{1,100}")
+
+
+def _oidc(env: Mapping[str, str]) -> OidcSettings | None:
+    """SLUICEGATE_OIDC_*: an https issuer (http only on loopback, for tests and laptops), and the
+    admin API's audience, which defaults to the console's client id."""
+    issuer = env.get("SLUICEGATE_OIDC_ISSUER") or None
+    if issuer is None:
+        return None
+    scheme, _, rest = issuer.partition("://")
+    host = rest.split("/", 1)[0].rsplit(":", 1)[0] if not rest.startswith("[") else rest.split("]")[0] + "]"
+    if not rest or scheme not in ("https", "http") or (scheme == "http" and host not in _LOOPBACK_HOSTS):
+        raise ConfigError("SLUICEGATE_OIDC_ISSUER: must be an https:// URL (http:// only on loopback)")
+    clients = {env.get("SLUICEGATE_OIDC_CLIENT_ID") or "", env.get("SLUICEGATE_OIDC_CLI_CLIENT_ID") or ""}
+    clients.discard("")
+    audience = env.get("SLUICEGATE_OIDC_AUDIENCE") or env.get("SLUICEGATE_OIDC_CLIENT_ID") or None
+    if audience is None:
+        raise ConfigError(
+            "SLUICEGATE_OIDC_AUDIENCE: required with SLUICEGATE_OIDC_ISSUER (the admin API's audience; "
+            "defaults to SLUICEGATE_OIDC_CLIENT_ID)"
+        )
+    claims = {}
+    for name, default in (("GROUPS_CLAIM", "groups"), ("SUBJECT_CLAIM", "sub")):
+        value = env.get(f"SLUICEGATE_OIDC_{name}") or default
+        if not _CLAIM_RE.fullmatch(value):
+            raise ConfigError(f"SLUICEGATE_OIDC_{name}: not a claim name: {value!r}")
+        claims[name] = value
+    groups = frozenset(
+        g.strip() for g in (env.get("SLUICEGATE_PLATFORM_ADMIN_GROUPS") or "").split(",") if g.strip()
+    )
+    return OidcSettings(
+        issuer=issuer,
+        audience=audience,
+        groups_claim=claims["GROUPS_CLAIM"],
+        subject_claim=claims["SUBJECT_CLAIM"],
+        clients=frozenset(clients),
+        platform_admin_groups=groups,
+    )

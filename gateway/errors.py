@@ -4,7 +4,8 @@
       code: ErrorCode  --  one member per distinct failure a client can see
         400 invalid_json, invalid_request
         401 invalid_api_key, admin_unauthorized
-        403 model_not_allowed, admin_disabled
+        403 model_not_allowed, admin_disabled,
+            forbidden (signed in, but no role that allows this: the message names the role needed)
         404 model_not_found, not_found, team_not_found, key_not_found
         405 method_not_allowed
         408 request_timeout           (the request body did not arrive in time)
@@ -21,7 +22,8 @@
             pool_saturated (every worker busy and the pool's queue full),
             queue_timeout (every worker stayed busy for the pool's max_queue_wait),
             shutting_down (the gateway's drain ran out while the request was in flight),
-            server_busy (the gateway holds as many client connections as it may; refused below the app)
+            server_busy (the gateway holds as many client connections as it may; refused below the app),
+            idp_unavailable (the identity provider's keys cannot be fetched to check a new token)
         504 upstream_timeout
 
 Every response body is `{"error": {"message", "type", "param", "code"}}`. Messages never contain
@@ -50,6 +52,7 @@ class ErrorCode(enum.Enum):
     ADMIN_UNAUTHORIZED = ("admin_unauthorized", 401, "authentication_error")
     MODEL_NOT_ALLOWED = ("model_not_allowed", 403, "permission_error")
     ADMIN_DISABLED = ("admin_disabled", 403, "permission_error")
+    FORBIDDEN = ("forbidden", 403, "permission_error")
     MODEL_NOT_FOUND = ("model_not_found", 404, "not_found_error")
     NOT_FOUND = ("not_found", 404, "not_found_error")
     TEAM_NOT_FOUND = ("team_not_found", 404, "not_found_error")
@@ -73,6 +76,7 @@ class ErrorCode(enum.Enum):
     QUEUE_TIMEOUT = ("queue_timeout", 503, "upstream_error")
     SHUTTING_DOWN = ("shutting_down", 503, "server_error")
     SERVER_BUSY = ("server_busy", 503, "server_error")
+    IDP_UNAVAILABLE = ("idp_unavailable", 503, "server_error")
     UPSTREAM_TIMEOUT = ("upstream_timeout", 504, "upstream_error")
 
 

@@ -5,12 +5,17 @@ sg:audit  STREAM  newest last, trimmed to about SLUICEGATE_AUDIT_MAX_ENTRIES (XA
                   milliseconds: one clock for every replica, so entries sort the same everywhere.
 
 An entry's fields:
-  action   team.created, team.updated, key.created, key.updated, key.rotated, key.revoked
-  team     the team's name
+  action   team.created, team.updated, team.deleted, key.created, key.updated, key.rotated,
+           key.revoked, role.bound, role.unbound
+  team     the team's name; empty for a change that is no team's (a platform role's binding)
   key_id   the key's id; empty for a team's own change
   changes  JSON {field: [old, new]}: limits (`model_limits.<model>` per model), budgets, weight,
            a key's name, models and expiry, a rotation's grace and a revocation's time
-  peer     who asked: the TCP peer, or behind a trusted proxy (SLUICEGATE_TRUSTED_PROXIES) the
+  actor    JSON: who asked (gateway/identity/principal.py): {"kind": "person", "sub", "email",
+           "name", "issuer"}, {"kind": "service", "client_id", "issuer"}, {"kind": "token"} (the
+           break-glass admin token) or {"kind": "system"}; entries written before actors were
+           recorded show null
+  peer     from where: the TCP peer, or behind a trusted proxy (SLUICEGATE_TRUSTED_PROXIES) the
            nearest X-Forwarded-For hop that is not one (gateway/admin/throttle.py)
 
 Never a key's secret or its hash, never the admin token: the key store hands over field values of
@@ -74,11 +79,12 @@ def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, li
     }
 
 
-class PeerJournal:
+class RequestJournal:
     """The audit log as one admin request writes to it: what gateway.keys.store.Journal asks for."""
 
-    def __init__(self, log: AuditLog, peer: str) -> None:
+    def __init__(self, log: AuditLog, actor: Mapping[str, Any], peer: str) -> None:
         self._log = log
+        self.actor = actor
         self._peer = peer
 
     async def write(
@@ -90,7 +96,9 @@ class PeerJournal:
         before: Mapping[str, Any],
         after: Mapping[str, Any],
     ) -> None:
-        await self._log.append(action, team=team, key_id=key_id, diff=changes(before, after), peer=self._peer)
+        await self._log.append(
+            action, team=team, key_id=key_id, diff=changes(before, after), actor=self.actor, peer=self._peer
+        )
 
 
 class AuditLog:
@@ -98,9 +106,9 @@ class AuditLog:
         self._redis = redis
         self._max_entries = max_entries
 
-    def by(self, peer: str) -> PeerJournal:
+    def by(self, actor: Mapping[str, Any], peer: str) -> RequestJournal:
         # An address is short; anything longer is not one (a trusted chain's odd hop): cut it.
-        return PeerJournal(self, peer[:_MAX_PEER_CHARS])
+        return RequestJournal(self, actor, peer[:_MAX_PEER_CHARS])
 
     async def append(
         self,
@@ -109,6 +117,7 @@ class AuditLog:
         team: str,
         key_id: str | None,
         diff: Mapping[str, list[Any]],
+        actor: Mapping[str, Any],
         peer: str,
     ) -> None:
         """Appends the entry; its id `*` is Redis's clock."""
@@ -117,17 +126,19 @@ class AuditLog:
             "team": team,
             "key_id": key_id or "",
             "changes": orjson.dumps(diff),
+            "actor": orjson.dumps(actor),
             "peer": peer,
         }
         await self._redis.xadd(redis_keys.audit_log(), fields, maxlen=self._max_entries, approximate=True)
 
     async def entries(
-        self, *, team: str | None, since_ms: int | None, before: str | None, limit: int
+        self, *, teams: frozenset[str] | None, since_ms: int | None, before: str | None, limit: int
     ) -> tuple[list[dict[str, Any]], bool]:
-        """Up to `limit` entries, newest first, and whether older ones (that match) remain."""
+        """Up to `limit` entries of `teams` (None: every entry), newest first, and whether older
+        ones (that match) remain."""
         top = "+" if before is None else _previous(before)
         bottom = "-" if since_ms is None else f"{since_ms}-0"
-        wanted = team.encode() if team is not None else None
+        wanted = frozenset(t.encode() for t in teams) if teams is not None else None
         page_size = _SCAN_PAGE if wanted is not None else limit + 1
         out: list[dict[str, Any]] = []
         while top is not None:
@@ -137,7 +148,7 @@ class AuditLog:
                 await self._redis.xrevrange(redis_keys.audit_log(), max=top, min=bottom, count=page_size),
             )
             for entry_id, fields in page:
-                if wanted is None or fields.get(b"team") == wanted:
+                if wanted is None or fields.get(b"team") in wanted:
                     if len(out) == limit:
                         return out, True
                     out.append(_entry(entry_id, fields))
@@ -166,6 +177,9 @@ def _entry(entry_id: bytes, fields: Mapping[bytes, bytes]) -> dict[str, Any]:
     diff: Any = {}
     with contextlib.suppress(orjson.JSONDecodeError):
         diff = orjson.loads(fields.get(b"changes", b"{}"))
+    actor: Any = None
+    with contextlib.suppress(orjson.JSONDecodeError):
+        actor = orjson.loads(fields[b"actor"]) if b"actor" in fields else None
 
     def text(name: bytes) -> str:
         return fields.get(name, b"").decode("utf-8", "replace")
@@ -177,6 +191,7 @@ def _entry(entry_id: bytes, fields: Mapping[bytes, bytes]) -> dict[str, Any]:
         "team": text(b"team"),
         "key_id": text(b"key_id") or None,
         "changes": diff if isinstance(diff, dict) else {},
+        "actor": actor if isinstance(actor, dict) else None,
         "peer": text(b"peer"),
     }
 

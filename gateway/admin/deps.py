@@ -6,10 +6,14 @@ from dataclasses import dataclass, field
 
 from starlette.types import Scope
 
+from gateway.admin.access import AdminAccess
 from gateway.admin.audit import AuditLog
 from gateway.admin.throttle import AdminThrottle
 from gateway.config import Settings
 from gateway.http.networks import trusted_networks
+from gateway.identity.bindings import BindingStore
+from gateway.identity.oidc import JwksCache
+from gateway.identity.tokens import TokenVerifier
 from gateway.keys.auth import Authenticator
 from gateway.keys.service import KeyChanges
 from gateway.keys.store import KeyStore
@@ -26,16 +30,33 @@ class AdminDeps:
     meter: Meter  # usage reports
     router: Router  # models, pools and endpoints
     audit: AuditLog  # every change written down, as a step of the change (gateway/keys/steps.py)
+    bindings: BindingStore  # who holds which role (gateway/identity/bindings.py)
     # Failed admin-token attempts per client address: one per app, so built here from the settings.
     throttle: AdminThrottle = field(init=False)
+    # Who is calling and what they may do: the admin token, or an IdP's access token (one JWKS
+    # cache per app).
+    access: AdminAccess = field(init=False)
     # The changes a cached key must not outlive, for the admin API and the console alike.
     keys: KeyChanges = field(init=False)
 
     def __post_init__(self) -> None:
+        settings = self.settings
         throttle = AdminThrottle(
-            trusted_networks(self.settings.trusted_proxies), max_failures=self.settings.admin_max_failures
+            trusted_networks(settings.trusted_proxies), max_failures=settings.admin_max_failures
+        )
+        verifier = None
+        if settings.oidc is not None:
+            verifier = TokenVerifier(settings.oidc, JwksCache(settings.oidc.issuer))
+        access = AdminAccess(
+            admin_token=settings.admin_token,
+            oidc=settings.oidc,
+            verifier=verifier,
+            bindings=self.bindings,
+            keystore=self.keystore,
+            throttle=throttle,
         )
         object.__setattr__(self, "throttle", throttle)
+        object.__setattr__(self, "access", access)
         object.__setattr__(self, "keys", KeyChanges(self.keystore, self.auth.forget))
 
     @staticmethod

@@ -17,7 +17,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.admin.deps import AdminDeps
-from gateway.admin.routes import guarded
+from gateway.admin.guard import guarded
+from gateway.identity.roles import Action
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.pool import Pool
 from gateway.routing.router import Router
@@ -78,4 +79,4 @@ async def list_models(request: Request, deps: AdminDeps) -> Response:
 
 
 def admin_model_routes() -> list[Route]:
-    return [Route("/admin/v1/models", guarded(list_models), methods=["GET"])]
+    return [Route("/admin/v1/models", guarded(list_models, Action.READ_PLATFORM), methods=["GET"])]

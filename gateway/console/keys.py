@@ -133,7 +133,8 @@ class Keys:
                 models=_models(form, page),
                 limits=parse_limits(body, budgets=False),
                 expires_at=_expiry(form),
-                journal=page.journal(request),
+                journal=(journal := page.journal(request)),
+                created_by=journal.actor,
             )
         except GatewayError as exc:
             context = await self._context(request, page, team)

@@ -31,7 +31,7 @@ class Live:
         query = request.query_params
         team = query.get("team", "").strip()
         entries, more = await page.deps.audit.entries(
-            team=validation.team_name(team) if team else None,
+            teams=frozenset({validation.team_name(team)}) if team else None,
             since_ms=None,
             before=audit.parse_before(query.get("before")),
             limit=AUDIT_PAGE,

@@ -24,13 +24,14 @@ from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.admin.audit import PeerJournal
+from gateway.admin.audit import RequestJournal
 from gateway.admin.deps import AdminDeps
 from gateway.config import Settings
 from gateway.console.forms import Form, read_form
 from gateway.console.session import CSRF_FIELD, CSRF_HEADER, Session, Sessions
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.networks import trusted_networks
+from gateway.identity.principal import BREAK_GLASS
 from gateway.redis import keys as redis_keys
 from gateway.redis.client import RedisClient
 from gateway.state import app_state
@@ -138,9 +139,10 @@ class Page:
     session: Session
     form: Form
 
-    def journal(self, request: Request) -> PeerJournal:
-        # The same journal and address as the admin API's writes (gateway/admin/routes.py).
-        return self.deps.audit.by(self.deps.throttle.address(request.scope))
+    def journal(self, request: Request) -> RequestJournal:
+        # The same journal and address as the admin API's writes (gateway/admin/guard.py); the
+        # console signs in with the break-glass admin token, so that is who acts.
+        return self.deps.audit.by(BREAK_GLASS.actor(), self.deps.throttle.address(request.scope))
 
 
 Handler = Callable[[Request, Page], Awaitable[Response]]

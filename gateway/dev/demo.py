@@ -25,6 +25,7 @@ from gateway.config import Settings
 from gateway.dev import demo_state
 from gateway.dev.embedded_redis import EmbeddedRedis, RedisNotInstalledError
 from gateway.errors import ConfigError
+from gateway.identity.principal import SYSTEM
 from gateway.keys.store import KeyNotFoundError, KeyStore, TeamExistsError
 from gateway.limits.spec import LimitSet
 from gateway.model_table import NATIVE, ModelConfig, ModelTable, Protocols
@@ -103,7 +104,9 @@ async def _create_demo_key(redis_url: str, kept: demo_state.DemoSecrets) -> tupl
                     return kept.key_id, kept.key
         with contextlib.suppress(TeamExistsError):  # a Redis of yours, used by a demo before
             await store.create_team(DEMO_TEAM)
-        record, secret = await store.create_key(DEMO_TEAM, name="demo key", limits=LimitSet(rpm=DEMO_RPM))
+        record, secret = await store.create_key(
+            DEMO_TEAM, name="demo key", limits=LimitSet(rpm=DEMO_RPM), created_by=SYSTEM.actor()
+        )
         return record.id, secret
     finally:
         await redis.aclose()

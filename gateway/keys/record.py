@@ -91,6 +91,9 @@ class KeyRecord:
     # Not part of the stored record: settle.lua keeps it per team (redis_keys.key_last_used), and
     # the store fills it in for the admin API's listings. None when unknown or never used.
     last_used_at: float | None = None
+    # Who made the key: the audit log's actor (gateway/identity/principal.py); None for a key made
+    # before keys kept it. Keys belong to teams: the key outlives its maker's access.
+    created_by: Mapping[str, Any] | None = None
 
     @property
     def revoked(self) -> bool:
@@ -129,6 +132,7 @@ class KeyRecord:
             "revoked": self.revoked,
             "expires_at": self.expires_at,
             "last_used_at": self.last_used_at,
+            "created_by": dict(self.created_by) if self.created_by is not None else None,
         }
 
     @classmethod
@@ -146,6 +150,7 @@ class KeyRecord:
             revoked_at=float(revoked_at) if revoked_at else None,
             expires_at=float(expires_at) if expires_at else None,
             team_id=raw[b"team_id"].decode() if raw.get(b"team_id") else None,
+            created_by=_actor(raw.get(b"created_by")),
         )
 
     def fields(self) -> dict[str, EncodableT]:
@@ -161,12 +166,24 @@ class KeyRecord:
             fields["expires_at"] = repr(self.expires_at)
         if self.team_id is not None:
             fields["team_id"] = self.team_id
+        if self.created_by is not None:
+            fields["created_by"] = orjson.dumps(dict(self.created_by))
         return fields
 
     def belongs_to(self, team: TeamInfo) -> bool:
         """Whether the team the key was made for is `team` (not a team since re-created under
         its name). A key older than team ids trusts the name."""
         return self.team_id is None or self.team_id == team.id
+
+
+def _actor(raw: bytes | None) -> dict[str, Any] | None:
+    if not raw:
+        return None
+    try:
+        actor = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return actor if isinstance(actor, dict) else None
 
 
 @dataclass(frozen=True, slots=True)

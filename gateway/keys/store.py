@@ -31,8 +31,9 @@ import asyncio
 import enum
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from redis.typing import EncodableT
 
@@ -281,6 +282,7 @@ class KeyStore:
         limits: LimitSet = NO_LIMITS,
         expires_at: float | None = None,
         journal: Journal | None = None,
+        created_by: Mapping[str, Any] | None = None,
     ) -> tuple[KeyRecord, str]:
         """Returns the record and the secret; the secret is not stored and cannot be shown again.
         It is returned only once every step has landed (see the module's docstring)."""
@@ -297,6 +299,7 @@ class KeyStore:
             revoked_at=None,
             expires_at=expires_at,
             team_id=info.id,
+            created_by=created_by,
         )
         secret, secret_hash = rotation.new_secret()
         stored, pointer = redis_keys.key_by_hash(secret_hash), redis_keys.key_hash_by_id(record.id)

@@ -112,3 +112,10 @@ def prefix_log() -> str:
     """The stream through which replicas share their prefix-routing index
     (gateway/routing/prefix_share.py): one key, its own hash tag."""
     return f"{PREFIX}:{{prefix}}:log"
+
+
+def role_bindings() -> str:
+    """HASH binding id -> the binding as JSON (gateway/identity/bindings.py): read whole for each
+    admin call by a person, so a removed binding is gone on every replica at once. No script
+    touches it, so it needs no hash tag."""
+    return f"{PREFIX}:role-bindings"

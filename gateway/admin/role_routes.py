@@ -1,0 +1,162 @@
+"""Role bindings and `me`: who holds which role, and who the caller is.
+
+    POST   /admin/v1/role-bindings        {"group" | "user", "role", "team"}: 201 the binding, or
+                                          200 the one already there for the same subject, role
+                                          and team
+    GET    /admin/v1/role-bindings        ?team= ?role=
+    DELETE /admin/v1/role-bindings/{id}
+    GET    /admin/v1/me                   the caller and their effective roles: any signed-in
+                                          caller, roles or not
+
+Binding and unbinding are a platform admin's; reading the bindings, a platform admin's or an
+auditor's. Both changes are audited like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.admin.access import Caller
+from gateway.admin.deps import AdminDeps
+from gateway.admin.guard import journal, json_body, json_response, route
+from gateway.admin.validation import team_name
+from gateway.errors import ErrorCode, GatewayError
+from gateway.identity.bindings import (
+    BINDING_ID_RE,
+    MAX_BINDINGS,
+    MAX_SUBJECT_CHARS,
+    RoleBinding,
+    Subject,
+    TooManyBindings,
+)
+from gateway.identity.roles import Action, Role
+
+_ROLES = ", ".join(r.value for r in Role)
+
+
+def _invalid(message: str, param: str) -> GatewayError:
+    return GatewayError(ErrorCode.INVALID_REQUEST, message, param=param)
+
+
+def _subject(body: dict[str, Any]) -> tuple[Subject, str]:
+    given = [kind for kind in Subject if kind.value in body]
+    if len(given) != 1:
+        raise _invalid("Give exactly one of 'group' or 'user'.", "group")
+    kind = given[0]
+    value = body[kind.value]
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > MAX_SUBJECT_CHARS
+        or not value.isprintable()
+    ):
+        raise _invalid(
+            f"'{kind.value}' must be a non-empty string of at most {MAX_SUBJECT_CHARS} printable characters.",
+            kind.value,
+        )
+    return kind, value
+
+
+def _role(value: Any) -> Role:
+    try:
+        return Role(value)
+    except ValueError:
+        raise _invalid(f"'role' must be one of {_ROLES}.", "role") from None
+
+
+async def create_binding(request: Request, deps: AdminDeps) -> Response:
+    body = await json_body(request)
+    kind, subject = _subject(body)
+    role = _role(body.get("role"))
+    team = body.get("team")
+    team_id = None
+    if role.per_team:
+        if team is None:
+            raise _invalid(f"The {role.value} role is given on a team: 'team' is required.", "team")
+        team = team_name(team, "team")
+        info = await deps.keystore.team_info(team)
+        if info is None:
+            raise _invalid(f"The team '{team}' does not exist.", "team")
+        team_id = info.id
+    elif team is not None:
+        raise _invalid(f"The {role.value} role is not given on a team: leave 'team' out.", "team")
+    caller = Caller.of(request.scope)
+    binding = RoleBinding.new(kind, subject, role, team, team_id, caller.principal.actor())
+    try:
+        existing = await deps.bindings.add(binding)
+    except TooManyBindings:
+        raise _invalid(
+            f"There are {MAX_BINDINGS} role bindings already: remove some first.", "role"
+        ) from None
+    if existing is not None:
+        return json_response(existing.public(active=True))
+    await journal(request, deps).write("role.bound", team=team or "", before={}, after=_audited(binding))
+    return json_response(binding.public(active=True), 201)
+
+
+async def list_bindings(request: Request, deps: AdminDeps) -> Response:
+    query = request.query_params
+    team = query.get("team")
+    role = _role(query["role"]) if "role" in query else None
+    bindings = [
+        b
+        for b in await deps.bindings.all()
+        if (team is None or b.team == team) and (role is None or b.role is role)
+    ]
+    teams = sorted({b.team for b in bindings if b.team is not None})
+    infos = await asyncio.gather(*(deps.keystore.team_info(t) for t in teams))
+    ids = {t: info.id for t, info in zip(teams, infos, strict=True) if info is not None}
+    data = [b.public(active=b.team is None or ids.get(b.team) == b.team_id) for b in bindings]
+    return json_response({"object": "list", "data": data})
+
+
+async def delete_binding(request: Request, deps: AdminDeps) -> Response:
+    binding_id = request.path_params["binding_id"]
+    if not BINDING_ID_RE.fullmatch(binding_id):
+        raise GatewayError(
+            ErrorCode.NOT_FOUND, "No role binding has that id: ids look like rb_0123456789abcdef."
+        )
+    removed = await deps.bindings.remove(binding_id)
+    if removed is None:
+        raise GatewayError(ErrorCode.NOT_FOUND, f"No role binding has the id '{binding_id}'.")
+    await journal(request, deps).write(
+        "role.unbound", team=removed.team or "", before=_audited(removed), after={}
+    )
+    return json_response({**removed.public(active=False), "deleted": True})
+
+
+def _audited(binding: RoleBinding) -> dict[str, Any]:
+    return {"binding": binding.id, binding.subject_kind.value: binding.subject, "role": binding.role.value}
+
+
+async def me(request: Request, deps: AdminDeps) -> Response:
+    caller = Caller.of(request.scope)
+    principal = caller.principal
+    return json_response(
+        {
+            "kind": principal.kind.value,
+            "subject": principal.subject,
+            "email": principal.email,
+            "name": principal.name,
+            "issuer": principal.issuer,
+            "client_id": principal.client_id,
+            "groups": sorted(principal.groups),
+            "roles": [g.as_dict() for g in caller.permissions.grants],
+        }
+    )
+
+
+def role_routes() -> list[Route]:
+    return [
+        route(
+            "/admin/v1/role-bindings",
+            {"POST": (create_binding, Action.ADMINISTER), "GET": (list_bindings, Action.READ_PLATFORM)},
+        ),
+        route("/admin/v1/role-bindings/{binding_id}", {"DELETE": (delete_binding, Action.ADMINISTER)}),
+        route("/admin/v1/me", {"GET": (me, None)}),
+    ]

@@ -1,0 +1,160 @@
+"""The identity provider's published keys: discovery once, then its JWKS, cached.
+
+    discovery  GET <issuer>/.well-known/openid-configuration, whose `issuer` must equal ours
+               exactly (OIDC Discovery §4.3) and whose `jwks_uri` must use the issuer's scheme
+    JWKS       kept for KEYS_MAX_AGE_S, then fetched again on next use; a token whose `kid` is
+               unknown fetches it again at once, but at most once per MIN_REFETCH_S across all
+               callers, so a flood of made-up kids never floods the IdP, while a key the IdP has
+               just rotated in is accepted within that interval
+
+Only asymmetric signing keys are kept (RSA, EC): an HMAC key in a JWKS would let anyone who read
+the public set sign tokens. Fetches are bounded in time and size, follow no redirect, and one at a
+time (a lock), so a thousand callers at a cold cache make one request. An IdP that is down leaves
+the cached keys working: only a token signed by a key not seen yet cannot be checked
+(`IdpUnavailable`, a 503 that says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+from joserfc.errors import JoseError
+from joserfc.jwk import KeySet
+
+from gateway.errors import ErrorCode, GatewayError
+
+log = logging.getLogger("sluicegate.identity")
+
+KEYS_MAX_AGE_S = 300.0
+MIN_REFETCH_S = 30.0
+FETCH_TIMEOUT_S = 5.0
+MAX_DOCUMENT_BYTES = 512 * 1024
+_KEY_TYPES = ("RSA", "EC")
+
+Fetch = Callable[[str], Awaitable[Any]]
+
+
+class IdpUnavailable(GatewayError):
+    def __init__(self) -> None:
+        # Never the IdP's address: it may be an internal one.
+        super().__init__(
+            ErrorCode.IDP_UNAVAILABLE,
+            "The identity provider cannot be reached to check this token's signing key; "
+            "tokens signed with keys seen before keep working. Try again shortly.",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OidcSettings:
+    issuer: str
+    audience: str
+    groups_claim: str = "groups"
+    subject_claim: str = "sub"
+    # Clients whose tokens may carry several audiences (`azp`/`client_id` must be one of them).
+    clients: frozenset[str] = frozenset()
+    platform_admin_groups: frozenset[str] = frozenset()
+
+
+async def fetch_json(url: str) -> Any:
+    """One bounded GET: no redirect, FETCH_TIMEOUT_S, MAX_DOCUMENT_BYTES."""
+    timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(url, allow_redirects=False, headers={"accept": "application/json"}) as response,
+    ):
+        if response.status != 200:
+            raise ValueError(f"HTTP {response.status}")
+        body = await response.content.read(MAX_DOCUMENT_BYTES + 1)
+        if len(body) > MAX_DOCUMENT_BYTES:
+            raise ValueError("document too large")
+        return orjson.loads(body)
+
+
+class JwksCache:
+    def __init__(
+        self,
+        issuer: str,
+        *,
+        fetch: Fetch = fetch_json,
+        clock: Callable[[], float] = time.monotonic,
+        min_refetch_s: float = MIN_REFETCH_S,
+        max_age_s: float = KEYS_MAX_AGE_S,
+    ) -> None:
+        self._issuer = issuer
+        self._fetch = fetch
+        self._clock = clock
+        self._min_refetch_s = min_refetch_s
+        self._max_age_s = max_age_s
+        self._keys: KeySet | None = None
+        self._kids: frozenset[str] = frozenset()
+        self._fetched_at = 0.0
+        self._tried_at: float | None = None
+        self._jwks_uri: str | None = None
+        self._lock = asyncio.Lock()
+        self.fetches = 0  # how many times the IdP was asked: what the flood tests count
+
+    async def keys(self, kid: str | None) -> KeySet:
+        """The key set to check a token signed with `kid`: fetched again when stale, or when the
+        kid is unknown and the last try is old enough."""
+        now = self._clock()
+        known = self._keys is not None and (kid is None or kid in self._kids)
+        stale = self._keys is None or now - self._fetched_at >= self._max_age_s
+        if known and not stale:
+            assert self._keys is not None
+            return self._keys
+        async with self._lock:
+            # Someone else may have fetched while this call waited for the lock.
+            known = self._keys is not None and (kid is None or kid in self._kids)
+            stale = self._keys is None or self._clock() - self._fetched_at >= self._max_age_s
+            may_try = self._tried_at is None or self._clock() - self._tried_at >= self._min_refetch_s
+            if (not known or stale) and may_try:
+                await self._refresh()
+        if self._keys is None:
+            raise IdpUnavailable()
+        return self._keys
+
+    async def _refresh(self) -> None:
+        self._tried_at = self._clock()
+        self.fetches += 1
+        try:
+            if self._jwks_uri is None:
+                self._jwks_uri = await self._discover()
+            document = await self._fetch(self._jwks_uri)
+            keys = _signing_keys(document)
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError, JoseError) as exc:
+            # The reason, never the IdP's answer: it is untrusted and may be anything.
+            log.warning("identity provider keys not refreshed: %s", type(exc).__name__)
+            return
+        self._keys, self._kids = keys
+        self._fetched_at = self._clock()
+
+    async def _discover(self) -> str:
+        document = await self._fetch(self._issuer.rstrip("/") + "/.well-known/openid-configuration")
+        if not isinstance(document, dict) or document.get("issuer") != self._issuer:
+            raise ValueError("the discovery document names another issuer")
+        uri = document.get("jwks_uri")
+        scheme = self._issuer.split(":", 1)[0]
+        if not isinstance(uri, str) or not uri.startswith(f"{scheme}://"):
+            raise ValueError("the discovery document has no usable jwks_uri")
+        return uri
+
+
+def _signing_keys(document: Any) -> tuple[KeySet, frozenset[str]]:
+    if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
+        raise ValueError("not a JWKS")
+    usable = [
+        k
+        for k in document["keys"]
+        if isinstance(k, dict) and k.get("kty") in _KEY_TYPES and k.get("use", "sig") == "sig"
+    ]
+    if not usable:
+        raise ValueError("the JWKS has no signing key")
+    kids = frozenset(str(k["kid"]) for k in usable if isinstance(k.get("kid"), str))
+    return KeySet.import_key_set({"keys": usable}), kids

@@ -1,0 +1,51 @@
+"""Who made an admin call, as the audit log and `GET /admin/v1/me` name them.
+
+person   an IdP's access token issued to someone who signed in
+service  an IdP's access token from the client-credentials grant: its subject is a client id
+         (RFC 9068 §2.2), never presented as a person
+token    the break-glass SLUICEGATE_ADMIN_TOKEN: nobody in particular
+system   the gateway itself
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Kind(enum.StrEnum):
+    PERSON = "person"
+    SERVICE = "service"
+    TOKEN = "token"  # noqa: S105 -- a kind of caller, not a secret
+    SYSTEM = "system"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    kind: Kind
+    subject: str | None = None  # the subject claim's value (SLUICEGATE_OIDC_SUBJECT_CLAIM)
+    issuer: str | None = None
+    # Only an email the IdP says it verified: an unverified one names nobody and matches no binding.
+    email: str | None = None
+    name: str | None = None
+    client_id: str | None = None
+    groups: frozenset[str] = field(default_factory=frozenset)
+
+    def actor(self) -> dict[str, Any]:
+        """What the audit log writes of the caller: never a token, never a group list."""
+        if self.kind is Kind.PERSON:
+            return {
+                "kind": "person",
+                "sub": self.subject,
+                "email": self.email,
+                "name": self.name,
+                "issuer": self.issuer,
+            }
+        if self.kind is Kind.SERVICE:
+            return {"kind": "service", "client_id": self.client_id, "issuer": self.issuer}
+        return {"kind": self.kind.value}
+
+
+BREAK_GLASS = Principal(Kind.TOKEN)
+SYSTEM = Principal(Kind.SYSTEM)
