@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway import __version__
-from gateway.cli import admin_cmds, report_cmds, serving
+from gateway.cli import admin_cmds, identity_cmds, report_cmds, serving
 from gateway.cli.client import CliError, CliUsageError
 from gateway.cli.flags import add_limit_flags, day, duration
 from gateway.errors import ConfigError
@@ -166,7 +166,7 @@ def _reports(sub: Any) -> None:
         sub,
         "audit",
         report_cmds.cmd_audit,
-        "admin changes, newest first: who changed which team or key, and from where",
+        "admin changes, newest first: who (person, service or admin token) changed what, and from where",
         "sluicegate audit --team ml --since 2026-01-31 --limit 20",
     )
     audit.add_argument("--team", help="only this team's changes")
@@ -174,6 +174,41 @@ def _reports(sub: Any) -> None:
     audit.add_argument("--limit", type=int, help="at most this many entries, 1 to 1000 (default 100)")
     audit.add_argument("--before", help="an entry id: list what is older (the next page)")
     audit.add_argument("--json", action="store_true", help="print the entries as a JSON list")
+
+
+def _identity(sub: Any) -> None:
+    whoami = _command(
+        sub,
+        "whoami",
+        identity_cmds.cmd_whoami,
+        "who the admin API sees: the admin token, or a person or service and their roles",
+        "sluicegate whoami",
+    )
+    whoami.add_argument("--json", action="store_true", help="print GET /admin/v1/me as JSON")
+    roles = _group(sub, "roles", "bind roles to IdP groups or users", "sluicegate roles list --team ml")
+    run = identity_cmds.cmd_roles
+    bind = _command(
+        roles,
+        "bind",
+        run,
+        "give a role to a group or a user (team roles need --team)",
+        "sluicegate roles bind --group ml-leads --role team-admin --team ml",
+    )
+    who = bind.add_mutually_exclusive_group(required=True)
+    who.add_argument("--group", help="a value of the IdP's groups claim, exactly")
+    who.add_argument("--user", help="a subject (sub, or oid on Entra ID), or a verified email")
+    bind.add_argument(
+        "--role", required=True, choices=("platform-admin", "team-admin", "team-viewer", "auditor")
+    )
+    bind.add_argument("--team", help="the team, for team-admin and team-viewer")
+    listing = _command(roles, "list", run, "list role bindings", "sluicegate roles list --role team-admin")
+    listing.add_argument("--team", help="only this team's bindings")
+    listing.add_argument("--role", help="only this role's bindings")
+    listing.add_argument("--json", action="store_true", help="print the bindings as a JSON list")
+    unbind = _command(
+        roles, "unbind", run, "remove a role binding", "sluicegate roles unbind rb_0123456789abcdef"
+    )
+    unbind.add_argument("id")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     _teams(sub)
     _keys(sub)
     _reports(sub)
+    _identity(sub)
     return parser
 
 

@@ -48,3 +48,32 @@ def limits(values: Mapping[str, Any]) -> str:
 
 def shown(value: Any) -> str:
     return "-" if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def iso(seconds: float) -> str:
+    """Unix seconds as ISO 8601 in UTC: `2026-11-24T15:40:00Z`."""
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def change(name: str, value: Any) -> str:
+    """One side of an audited change: times (`*_at` fields, kept as Unix seconds in the API's
+    JSON) in ISO 8601, the rest as JSON."""
+    if name.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
+        return iso(value)
+    return shown(value)
+
+
+def actor(value: Mapping[str, Any] | None) -> str:
+    """Who made an audited change, in a few words: `person alice@example.com (Alice)`,
+    `service ci-bot`, `admin-token`, `system`; `-` for an entry from before actors were kept."""
+    if not value:
+        return "-"
+    kind = value.get("kind")
+    if kind == "person":
+        who = value.get("email") or value.get("sub") or "?"
+        return f"person {who}" + (f" ({value['name']})" if value.get("name") else "")
+    if kind == "service":
+        return f"service {value.get('client_id') or '?'}"
+    if kind == "token":
+        return "admin-token"
+    return str(kind or "-")

@@ -46,14 +46,15 @@ def cmd_audit(args: argparse.Namespace) -> int:
         rows = [
             {
                 **entry,
+                "actor": render.actor(entry.get("actor")),
                 "changes": ", ".join(
-                    f"{name}: {render.shown(old)} -> {render.shown(new)}"
+                    f"{name}: {render.change(name, old)} -> {render.change(name, new)}"
                     for name, (old, new) in entry["changes"].items()
                 ),
             }
             for entry in entries
         ]
-        print(render.table(rows, ["time", "action", "team", "key_id", "changes", "peer"]))
+        print(render.table(rows, ["time", "actor", "action", "team", "key_id", "changes", "peer"]))
     if result.get("has_more") and entries:
         print(f"# older entries remain: sluicegate audit --before {entries[-1]['id']}", file=sys.stderr)
     return 0
