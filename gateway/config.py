@@ -20,7 +20,7 @@ from gateway.discovery.trust import (
     parse_model_namespaces,
 )
 from gateway.errors import ConfigError
-from gateway.identity.oidc import OidcSettings
+from gateway.identity.oidc import MIN_REFETCH_S, OidcSettings
 from gateway.observability.logs import LOG_FORMATS
 from gateway.observability.tracing import TracingConfig
 from gateway.redis.url import validate_redis_url
@@ -295,4 +295,18 @@ def _oidc(env: Mapping[str, str]) -> OidcSettings | None:
         subject_claim=claims["SUBJECT_CLAIM"],
         clients=frozenset(clients),
         platform_admin_groups=groups,
+        jwks_min_refetch_s=_seconds(env, "SLUICEGATE_OIDC_JWKS_MIN_REFETCH", MIN_REFETCH_S),
     )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: expected seconds, got {raw!r}") from None
+    if not 0 <= value <= 3600:
+        raise ConfigError(f"{name}: must be 0 to 3600 seconds, got {raw!r}")
+    return value

@@ -29,7 +29,7 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.identity.bindings import BindingStore, grants
 from gateway.identity.oidc import OidcSettings
 from gateway.identity.principal import BREAK_GLASS, Principal
-from gateway.identity.roles import Action, Forbidden, Grant, Permissions, Role
+from gateway.identity.roles import ACTIONS, Action, Grant, Permissions, Role
 from gateway.identity.tokens import TokenRejected, TokenVerifier, looks_like_jwt
 from gateway.keys.auth import bearer_token
 from gateway.keys.store import KeyStore
@@ -138,7 +138,8 @@ class AdminAccess:
 
 def require_some_role(caller: Caller, action: Action | None) -> None:
     """Before a handler: a caller with no role at all is refused everywhere but `/me` (action
-    None), and one whose roles can never allow `action` is refused before anything is read."""
+    None), and a platform-wide action (no team role allows it) is refused before anything is read.
+    An action on one team is checked by its handler, which knows the team and names it."""
     if action is None:
         return
     if caller.permissions.empty:
@@ -147,8 +148,8 @@ def require_some_role(caller: Caller, action: Action | None) -> None:
             "You are signed in, but no role is bound to you or your groups: ask a platform admin "
             "for one (GET /admin/v1/me shows what the gateway sees).",
         )
-    if not caller.permissions.could(action):
-        raise Forbidden(action, None)
+    if not ACTIONS[action][0]:
+        caller.require(action, None)
 
 
 def _digest(token: str) -> bytes:

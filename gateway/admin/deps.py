@@ -46,7 +46,8 @@ class AdminDeps:
         )
         verifier = None
         if settings.oidc is not None:
-            verifier = TokenVerifier(settings.oidc, JwksCache(settings.oidc.issuer))
+            jwks = JwksCache(settings.oidc.issuer, min_refetch_s=settings.oidc.jwks_min_refetch_s)
+            verifier = TokenVerifier(settings.oidc, jwks)
         access = AdminAccess(
             admin_token=settings.admin_token,
             oidc=settings.oidc,

@@ -60,6 +60,8 @@ class OidcSettings:
     # Clients whose tokens may carry several audiences (`azp`/`client_id` must be one of them).
     clients: frozenset[str] = frozenset()
     platform_admin_groups: frozenset[str] = frozenset()
+    # How often an unknown kid may fetch the JWKS again (SLUICEGATE_OIDC_JWKS_MIN_REFETCH).
+    jwks_min_refetch_s: float = MIN_REFETCH_S
 
 
 async def fetch_json(url: str) -> Any:
@@ -96,6 +98,7 @@ class JwksCache:
         self._kids: frozenset[str] = frozenset()
         self._fetched_at = 0.0
         self._tried_at: float | None = None
+        self._last_try_failed = False
         self._jwks_uri: str | None = None
         self._lock = asyncio.Lock()
         self.fetches = 0  # how many times the IdP was asked: what the flood tests count
@@ -116,7 +119,8 @@ class JwksCache:
             may_try = self._tried_at is None or self._clock() - self._tried_at >= self._min_refetch_s
             if (not known or stale) and may_try:
                 await self._refresh()
-        if self._keys is None:
+        if self._keys is None or (self._last_try_failed and kid is not None and kid not in self._kids):
+            # A key never seen, and the IdP could not be asked: say so, not "bad token".
             raise IdpUnavailable()
         return self._keys
 
@@ -131,7 +135,9 @@ class JwksCache:
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError, JoseError) as exc:
             # The reason, never the IdP's answer: it is untrusted and may be anything.
             log.warning("identity provider keys not refreshed: %s", type(exc).__name__)
+            self._last_try_failed = True
             return
+        self._last_try_failed = False
         self._keys, self._kids = keys
         self._fetched_at = self._clock()
 
