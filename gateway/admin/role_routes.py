@@ -101,7 +101,7 @@ async def create_binding(request: Request, deps: AdminDeps) -> Response:
 
 async def list_bindings(request: Request, deps: AdminDeps) -> Response:
     query = request.query_params
-    team = query.get("team")
+    team = team_name(query["team"], "team") if query.get("team") else None
     role = _role(query["role"]) if "role" in query else None
     bindings = [
         b

@@ -125,7 +125,12 @@ def document(apis: Sequence[OpenApiPart]) -> Schema:
                     "name": "x-api-key",
                     "description": "The same key, as Anthropic's SDKs send it.",
                 },
-                "adminToken": {"type": "http", "scheme": "bearer", "description": "SLUICEGATE_ADMIN_TOKEN."},
+                "adminToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "SLUICEGATE_ADMIN_TOKEN, or an access token (a JWT) from the IdP "
+                    "of SLUICEGATE_OIDC_ISSUER (docs/access.md).",
+                },
                 **api_security,
             },
         },

@@ -147,6 +147,44 @@ def admin_paths() -> Schema:
                 ],
             )
         },
+        "/admin/v1/role-bindings": {
+            "get": admin_operation(
+                "Role bindings (platform admins and auditors)",
+                ok_response(s.listing(s.role_binding())),
+                400,
+                parameters=[
+                    query_param("team", s.team_filter(), "Only this team's bindings."),
+                    query_param(
+                        "role",
+                        {"enum": ["platform-admin", "team-admin", "team-viewer", "auditor"]},
+                        "Only this role's bindings.",
+                    ),
+                ],
+            ),
+            "post": admin_operation(
+                "Give a role to an IdP group or a user (201; 200 with the existing binding when the same "
+                "subject already holds that role on that team)",
+                ok_response(s.role_binding(), "Created", 201),
+                400,
+                413,
+                body=s.role_binding_create(),
+            ),
+        },
+        "/admin/v1/role-bindings/{binding_id}": {
+            "delete": admin_operation(
+                "Remove a role binding: every replica honours it on the next call",
+                ok_response(s.role_binding()),
+                404,
+                parameters=[path_param("binding_id", {"type": "string"})],
+            )
+        },
+        "/admin/v1/me": {
+            "get": admin_operation(
+                "Who the admin API sees: kind (person, service, token), subject, email, name, issuer, "
+                "groups and effective roles (each with what gave it)",
+                ok_response({"type": "object"}),
+            )
+        },
         "/admin/v1/models": {
             "get": admin_operation(
                 "Models, pools and endpoints as this replica sees them",

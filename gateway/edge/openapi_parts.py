@@ -34,7 +34,7 @@ PROXY_ERRORS = (400, 401, 403, 404, 413, 429, 502, 503, 504, ANY_4XX)
 ADMIN_ERRORS = (400, 401, 403, 429, 503)
 # Codes only the admin API answers with, and codes only the OpenAI API does: each operation's
 # error descriptions name the codes its own side can produce.
-ADMIN_ONLY = ("admin_", "team_", "key_")
+ADMIN_ONLY = ("admin_", "team_", "key_", "forbidden", "idp_")
 API_ONLY = (
     "invalid_api_key",
     "model_",

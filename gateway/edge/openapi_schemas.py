@@ -159,7 +159,60 @@ def key_record() -> Schema:
             "revoked": {"type": "boolean"},
             "expires_at": nullable({"type": "number"}),
             "last_used_at": nullable({"type": "number", "description": "Its last finished request."}),
+            "created_by": nullable(actor()),
             "key": {"type": "string", "description": "The secret: only on creation and rotation."},
+        },
+    }
+
+
+def actor() -> Schema:
+    """gateway.identity.principal.Principal.actor: who made a change."""
+    return {
+        "type": "object",
+        "required": ["kind"],
+        "description": "person (sub, email, name, issuer), service (client_id, issuer), token "
+        "(the break-glass admin token) or system; null before actors were recorded.",
+        "properties": {
+            "kind": {"enum": ["person", "service", "token", "system"]},
+            "sub": nullable({"type": "string"}),
+            "email": nullable({"type": "string"}),
+            "name": nullable({"type": "string"}),
+            "issuer": nullable({"type": "string"}),
+            "client_id": nullable({"type": "string"}),
+        },
+    }
+
+
+def role_binding() -> Schema:
+    """gateway.identity.bindings.RoleBinding.public."""
+    return {
+        "type": "object",
+        "required": ["id", "role", "team", "active", "created_at", "created_by"],
+        "properties": {
+            "id": {"type": "string"},
+            "group": {"type": "string", "description": "A value of the IdP's groups claim, exactly."},
+            "user": {"type": "string", "description": "A subject, or a verified email (any case)."},
+            "role": {"enum": ["platform-admin", "team-admin", "team-viewer", "auditor"]},
+            "team": nullable({"type": "string"}),
+            "active": {
+                "type": "boolean",
+                "description": "False once its team was deleted (and maybe re-created): it grants nothing.",
+            },
+            "created_at": {"type": "number"},
+            "created_by": actor(),
+        },
+    }
+
+
+def role_binding_create() -> Schema:
+    return {
+        "type": "object",
+        "required": ["role"],
+        "properties": {
+            "group": {"type": "string", "maxLength": 256},
+            "user": {"type": "string", "maxLength": 256},
+            "role": {"enum": ["platform-admin", "team-admin", "team-viewer", "auditor"]},
+            "team": {"type": "string", "description": "Required for team-admin and team-viewer only."},
         },
     }
 
@@ -188,6 +241,7 @@ def audit_listing() -> Schema:
                 "description": "{field: [old, new]}; null where a value was or became unset.",
                 "additionalProperties": {"type": "array", "minItems": 2, "maxItems": 2},
             },
+            "actor": nullable(actor()),
             "peer": {"type": "string", "description": "The address the change came from."},
         },
     }
