@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast test-vllm lint bench clean helm chromium axe agents
+.PHONY: demo test test-fast test-vllm lint bench clean helm chromium axe agents idp
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,13 +23,18 @@ lint: $(BIN)/.installed
 # The whole suite: lint, the fast tests, then the real-vLLM tests (what CI runs).
 test: test-fast test-vllm
 
-test-fast: lint helm chromium axe agents
+test-fast: lint helm chromium axe agents idp
 	$(BIN)/python -m pytest
 
 # The real coding agents of tests/agents (Claude Code, Codex, opencode, Gemini CLI), pinned by
 # tests/agents/package-lock.json, installed with `npm ci` into .cache/agents (skipped when current).
 agents:
 	tools/agents/install.sh
+
+# A real OpenID provider for the identity tests (tests/identity): panva's oidc-provider, pinned by
+# tests/identity/idp/package-lock.json, installed with `npm ci` into .cache/idp (skipped when current).
+idp:
+	tools/get-oidc-provider.sh
 
 # Debian's Chromium for the browser tests (tests/console), installed with apt when root.
 chromium:

@@ -7,6 +7,7 @@ import json
 
 from gateway.cli import render
 from gateway.cli.client import AdminClient, quoted
+from gateway.identity.principal import describe
 
 BINDING_COLUMNS = ("id", "subject", "role", "team", "active", "created", "created_by")
 
@@ -35,7 +36,7 @@ def _row(binding: dict[str, object]) -> dict[str, object]:
         "subject": subject,
         "active": "yes" if binding.get("active") else "no (team re-created)",
         "created": render.when(binding.get("created_at")),  # type: ignore[arg-type]
-        "created_by": render.actor(created_by if isinstance(created_by, dict) else None),
+        "created_by": describe(created_by if isinstance(created_by, dict) else None),
     }
 
 

@@ -61,19 +61,3 @@ def change(name: str, value: Any) -> str:
     if name.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
         return iso(value)
     return shown(value)
-
-
-def actor(value: Mapping[str, Any] | None) -> str:
-    """Who made an audited change, in a few words: `person alice@example.com (Alice)`,
-    `service ci-bot`, `admin-token`, `system`; `-` for an entry from before actors were kept."""
-    if not value:
-        return "-"
-    kind = value.get("kind")
-    if kind == "person":
-        who = value.get("email") or value.get("sub") or "?"
-        return f"person {who}" + (f" ({value['name']})" if value.get("name") else "")
-    if kind == "service":
-        return f"service {value.get('client_id') or '?'}"
-    if kind == "token":
-        return "admin-token"
-    return str(kind or "-")

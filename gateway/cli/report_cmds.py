@@ -8,6 +8,7 @@ import sys
 
 from gateway.cli import render
 from gateway.cli.client import AdminClient
+from gateway.identity.principal import describe
 from gateway.metering import usage_report
 
 
@@ -46,7 +47,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         rows = [
             {
                 **entry,
-                "actor": render.actor(entry.get("actor")),
+                "actor": describe(entry.get("actor")),
                 "changes": ", ".join(
                     f"{name}: {render.change(name, old)} -> {render.change(name, new)}"
                     for name, (old, new) in entry["changes"].items()

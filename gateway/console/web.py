@@ -31,7 +31,7 @@ from gateway.console.forms import Form, read_form
 from gateway.console.session import CSRF_FIELD, CSRF_HEADER, Session, Sessions
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.networks import trusted_networks
-from gateway.identity.principal import BREAK_GLASS
+from gateway.identity.principal import BREAK_GLASS, describe
 from gateway.redis import keys as redis_keys
 from gateway.redis.client import RedisClient
 from gateway.state import app_state
@@ -182,6 +182,7 @@ class Console:
             undefined=jinja2.StrictUndefined,
         )
         env.filters["when"] = _when
+        env.filters["actor"] = describe
         env.filters["number"] = _number
         env.filters["limits_text"] = _limits_text
         env.filters["model_limits_text"] = _model_limits_text

@@ -10,6 +10,7 @@ system   the gateway itself
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,3 +50,19 @@ class Principal:
 
 BREAK_GLASS = Principal(Kind.TOKEN)
 SYSTEM = Principal(Kind.SYSTEM)
+
+
+def describe(actor: Mapping[str, Any] | None) -> str:
+    """An actor in a few words, as the CLI and the console show it: `alice@example.com (Alice)`,
+    `service ci-bot`, `admin token`, `system`; `-` for an entry from before actors were kept."""
+    if not actor:
+        return "-"
+    kind = actor.get("kind")
+    if kind == "person":
+        who = actor.get("email") or actor.get("sub") or "?"
+        return f"{who} ({actor['name']})" if actor.get("name") else str(who)
+    if kind == "service":
+        return f"service {actor.get('client_id') or '?'}"
+    if kind == "token":
+        return "admin token"
+    return str(kind or "-")
