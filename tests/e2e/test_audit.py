@@ -328,8 +328,9 @@ def test_cli_lists_the_audit_log(gateway: Gateway) -> None:
     table = cli("--team", team)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["time", "action", "team", "key_id", "changes", "peer"]
+    assert lines[0].split() == ["time", "actor", "action", "team", "key_id", "changes", "peer"]
     assert len(lines) == 4
+    assert "admin token" in lines[1]  # the break-glass token made the key
     assert "key.created" in lines[1]
     assert key["id"] in lines[1]
     assert "\x1b" not in table.stdout  # a key's name cannot drive the operator's terminal
