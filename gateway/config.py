@@ -96,7 +96,16 @@ class Settings:
     # People on the admin plane (gateway/identity/, docs/access.md): the IdP whose access tokens
     # the admin API takes (SLUICEGATE_OIDC_*); None: the admin token alone.
     oidc: OidcSettings | None = None
+    # The console's sign-in through the IdP (gateway/console/sso.py): its confidential client, and
+    # the public address the IdP sends people back to (SLUICEGATE_PUBLIC_URL; else the request's).
     oidc_client_id: str | None = None
+    oidc_client_secret: str | None = None
+    public_url: str | None = None
+    # `sluicegate login`'s public client (GET /admin/v1/oidc tells the CLI).
+    oidc_cli_client_id: str | None = None
+    # SLUICEGATE_SESSION_SECRET: what console session cookies are signed with; None: one minted
+    # once into Redis (gateway/redis/shared_secret.py).
+    session_secret: str | None = None
     # Which namespaces may serve which autodiscovered model; a model with no entry only the
     # gateway's own namespace. Weights above the cap refuse the Service (gateway/discovery/trust.py).
     kubernetes_model_namespaces: ModelNamespaces = ()
@@ -225,6 +234,10 @@ class Settings:
             trusted_proxies=_trusted_proxies(env.get("SLUICEGATE_TRUSTED_PROXIES") or ""),
             oidc=_oidc(env),
             oidc_client_id=env.get("SLUICEGATE_OIDC_CLIENT_ID") or None,
+            oidc_client_secret=env.get("SLUICEGATE_OIDC_CLIENT_SECRET") or None,
+            public_url=_public_url(env.get("SLUICEGATE_PUBLIC_URL") or None),
+            oidc_cli_client_id=env.get("SLUICEGATE_OIDC_CLI_CLIENT_ID") or None,
+            session_secret=secret("SLUICEGATE_SESSION_SECRET"),
             kubernetes_model_namespaces=parse_model_namespaces(
                 env.get("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES") or ""
             ),
@@ -297,6 +310,19 @@ def _oidc(env: Mapping[str, str]) -> OidcSettings | None:
         platform_admin_groups=groups,
         jwks_min_refetch_s=_seconds(env, "SLUICEGATE_OIDC_JWKS_MIN_REFETCH", MIN_REFETCH_S),
     )
+
+
+def _public_url(raw: str | None) -> str | None:
+    """Where people reach the admin plane (the IdP sends them back under it): scheme and host."""
+    if raw is None:
+        return None
+    scheme, _, rest = raw.partition("://")
+    if scheme not in ("https", "http") or not rest or any(c in rest for c in "?#@ "):
+        raise ConfigError(
+            "SLUICEGATE_PUBLIC_URL: must be an http(s):// URL such as https://llm-admin.example.com, "
+            f"got {raw!r}"
+        )
+    return raw.rstrip("/")
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

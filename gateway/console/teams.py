@@ -17,6 +17,7 @@ from gateway.admin import validation
 from gateway.console.forms import TEAM_FIELDS, Form, limit_body, model_limit_body, model_limit_rows
 from gateway.console.web import Console, Page, redirect
 from gateway.errors import GatewayError
+from gateway.identity.roles import Action
 from gateway.limits.spec import LimitSet, parse_limits
 from gateway.metering import usage_report
 
@@ -57,7 +58,8 @@ class Teams:
 
     async def _list_context(self, page: Page) -> dict[str, Any]:
         store = page.deps.keystore
-        names = await store.list_teams()
+        visible = page.caller.teams(Action.READ_TEAM)
+        names = [n for n in await store.list_teams() if visible is None or n in visible]
         month_start = dt.datetime.now(dt.UTC).date().replace(day=1)
         rows = await page.deps.meter.report(names, month_start, None)
         tokens = {row["team"]: row["total_tokens"] for row in usage_report.group(rows, "team")}
@@ -118,6 +120,7 @@ class Teams:
 
     async def show(self, request: Request, page: Page) -> Response:
         name = validation.team_name(request.path_params["team"])
+        page.require(Action.READ_TEAM, name)
         context = await self._team_context(page, name)
         context["notice"] = notice(request, _NOTICES)
         return self._console.render(request, "team.html", context, session=page.session)

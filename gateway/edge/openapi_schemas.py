@@ -173,7 +173,7 @@ def actor() -> Schema:
         "description": "person (sub, email, name, issuer), service (client_id, issuer), token "
         "(the break-glass admin token) or system; null before actors were recorded.",
         "properties": {
-            "kind": {"enum": ["person", "service", "token", "system"]},
+            "kind": {"enum": ["person", "service", "token", "system", "anonymous"]},
             "sub": nullable({"type": "string"}),
             "email": nullable({"type": "string"}),
             "name": nullable({"type": "string"}),

@@ -119,3 +119,19 @@ def role_bindings() -> str:
     admin call by a person, so a removed binding is gone on every replica at once. No script
     touches it, so it needs no hash tag."""
     return f"{PREFIX}:role-bindings"
+
+
+def console_session(session_id: str) -> str:
+    """A console sign-in (gateway/console/session.py): who signed in, until when; its TTL is the
+    session's. Deleted at sign-out, so every replica refuses the cookie at once."""
+    return f"{PREFIX}:console:session:{session_id}"
+
+
+def console_oidc_flow(state: str) -> str:
+    """One IdP sign-in under way (gateway/console/sso.py): its PKCE verifier, nonce and where to
+    return, taken once by the callback (GETDEL)."""
+    return f"{PREFIX}:console:oidc-flow:{state}"
+
+
+# The console's session secret, when SLUICEGATE_SESSION_SECRET is not set (gateway/console/session.py).
+CONSOLE_SESSION_SECRET = f"{PREFIX}:console:session-secret"
