@@ -11,6 +11,8 @@ import json
 import re
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 
 import anthropic
 import openai
@@ -109,7 +111,7 @@ def test_two_different_keys_are_refused_whichever_is_valid(gateway: Gateway) -> 
 
 
 # Each client API's generating route, its body and its error envelope's readable code.
-_GENERATE = {
+_GENERATE: dict[str, tuple[str, dict[str, Any], Callable[[Any], str]]] = {
     "chat": ("/v1/chat/completions", CHAT_BODY, lambda e: e["error"]["code"]),
     "messages": (
         "/v1/messages",
