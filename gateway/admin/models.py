@@ -42,6 +42,7 @@ def _endpoint(endpoint: Endpoint, now: float, wall: float) -> dict[str, Any]:
         "url": endpoint.url,
         "state": endpoint.state.value,
         "inflight": endpoint.inflight,
+        "max_model_len": endpoint.max_model_len,  # as the worker's /v1/models reports it
         "load": load,
         "consecutive_failures": endpoint.failures,
         "ejections_in_a_row": endpoint.ejections,

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.admin import validation
+from gateway.console import snippets
 from gateway.console.forms import KEY_FIELDS, Form, model_limit_rows, whole_number
 from gateway.console.teams import limits_body, notice, served_models
 from gateway.console.web import Console, Page, redirect
@@ -79,7 +80,10 @@ class Keys:
 
     async def _flash(self, page: Page, record: KeyRecord, secret: str) -> str:
         flash_id = secrets.token_urlsafe(18)
-        value = orjson.dumps({"session": page.session.id, "key_id": record.id, "secret": secret})
+        models = None if record.models is None else sorted(record.models)
+        value = orjson.dumps(
+            {"session": page.session.id, "key_id": record.id, "secret": secret, "models": models}
+        )
         await page.redis.set(_flash_key(page, flash_id), value, ex=FLASH_TTL_S)
         return flash_id
 
@@ -118,7 +122,11 @@ class Keys:
         team = validation.team_name(request.path_params["team"])
         context = await self._context(request, page, team)
         if request.method == "GET":  # a HEAD shows nothing: it must not use the secret's one showing up
-            context["flash"] = await self._take_flash(page, request.query_params.get("flash", ""))
+            flash = await self._take_flash(page, request.query_params.get("flash", ""))
+            if flash is not None:
+                base, router = self._console.client_base(request), page.deps.router
+                flash["agents"] = snippets.for_key(router, base, flash["secret"], flash.get("models"))
+            context["flash"] = flash
         context["notice"] = notice(request, _NOTICES)
         return self._console.render(request, "keys.html", context, session=page.session)
 
