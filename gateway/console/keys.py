@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from gateway.admin import validation
 from gateway.console import snippets
-from gateway.console.forms import KEY_FIELDS, Form, model_limit_rows, whole_number
+from gateway.console.forms import KEY_FIELDS, Form, FormErrors, model_limit_rows, whole_number
 from gateway.console.teams import limits_body, notice, served_models
 from gateway.console.web import Console, Page, redirect
 from gateway.errors import ErrorCode, GatewayError
@@ -134,13 +134,18 @@ class Keys:
         team = validation.team_name(request.path_params["team"])
         form = page.form
         try:
-            body, _ = limits_body(form, KEY_FIELDS, page, None)
+            errors = FormErrors()
+            name = errors.check(lambda: _key_name(form))
+            models = errors.check(lambda: _models(form, page))
+            expires_at = errors.check(lambda: _expiry(form))
+            body, _ = limits_body(form, KEY_FIELDS, page, None, errors)
+            errors.raise_any()
             record, secret = await page.deps.keystore.create_key(
                 team,
-                name=_key_name(form),
-                models=_models(form, page),
+                name=name or "",
+                models=models,
                 limits=parse_limits(body, budgets=False),
-                expires_at=_expiry(form),
+                expires_at=expires_at,
                 journal=page.journal(request),
             )
         except GatewayError as exc:
@@ -189,14 +194,18 @@ class Keys:
         record = await page.deps.keystore.key(request.path_params["key_id"])
         form = page.form
         try:
-            body, blank = limits_body(form, KEY_FIELDS, page, record.limits)
+            errors = FormErrors()
+            models = errors.check(lambda: _models(form, page))
+            expires_at = errors.check(lambda: _expiry(form))
+            body, blank = limits_body(form, KEY_FIELDS, page, record.limits, errors)
+            errors.raise_any()
             changes, cleared = validation.limit_changes({**body, "clear": blank}, budgets=False)
             updated = await page.deps.keystore.update_key(
                 record.id,
                 changes,
                 cleared,
-                models=_models(form, page),
-                expires_at=_expiry(form),
+                models=models,
+                expires_at=expires_at,
                 journal=page.journal(request),
             )
         except GatewayError as exc:
