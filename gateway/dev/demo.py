@@ -134,7 +134,11 @@ def _banner(
     cli = _cli()
     # The demo key may use every model; the demo's first is the one its snippets name.
     agents = AgentSnippets(base, key, DEMO_MODEL, str(MAX_MODEL_LEN), any_model=True)
-    notes = "".join(f"Note: {line}\n" for line in agents.notes())
+    tool = (
+        "To see a tool round trip, put sluicegate-read:<path> in the prompt: the demo worker calls "
+        "the agent's file-reading tool on <path> (x-fake-* headers are for curl: agents cannot send them)."
+    )
+    notes = "".join(f"Note: {line}\n" for line in [*agents.notes(), tool])
     return f"""
 Sluicegate demo is running (Ctrl-C stops the gateway, the worker{" and Redis" if embedded else ""}).
 
