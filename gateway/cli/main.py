@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway import __version__
-from gateway.cli import admin_cmds, identity_cmds, report_cmds, serving
+from gateway.cli import admin_cmds, identity_cmds, pools_cmds, report_cmds, serving
 from gateway.cli.client import CliError, CliUsageError
 from gateway.cli.flags import add_limit_flags, day, duration
 from gateway.errors import ConfigError
@@ -174,6 +174,16 @@ def _reports(sub: Any) -> None:
     audit.add_argument("--limit", type=int, help="at most this many entries, 1 to 1000 (default 100)")
     audit.add_argument("--before", help="an entry id: list what is older (the next page)")
     audit.add_argument("--json", action="store_true", help="print the entries as a JSON list")
+    pools = _command(
+        sub,
+        "pools",
+        pools_cmds.cmd_pools,
+        "each model's pools and endpoints as one replica sees them: state, in-flight, load, queue, "
+        "why an endpoint is out and until when",
+        "sluicegate pools --model llama-3-8b",
+    )
+    pools.add_argument("--model", help="only this model (its name in the model table)")
+    pools.add_argument("--json", action="store_true", help="print {replica, data} as JSON")
 
 
 def _identity(sub: Any) -> None:

@@ -20,7 +20,8 @@ from starlette.responses import Response
 
 from gateway.admin import validation
 from gateway.admin.bounds import within_team
-from gateway.console.forms import KEY_FIELDS, Form, model_limit_rows, whole_number
+from gateway.console import snippets
+from gateway.console.forms import KEY_FIELDS, Form, FormErrors, model_limit_rows, whole_number
 from gateway.console.teams import limits_body, notice, served_models
 from gateway.console.web import Console, Page, redirect
 from gateway.errors import ErrorCode, GatewayError
@@ -99,7 +100,10 @@ class Keys:
 
     async def _flash(self, page: Page, record: KeyRecord, secret: str) -> str:
         flash_id = secrets.token_urlsafe(18)
-        value = orjson.dumps({"session": page.session.id, "key_id": record.id, "secret": secret})
+        models = None if record.models is None else sorted(record.models)
+        value = orjson.dumps(
+            {"session": page.session.id, "key_id": record.id, "secret": secret, "models": models}
+        )
         await page.redis.set(_flash_key(page, flash_id), value, ex=FLASH_TTL_S)
         return flash_id
 
@@ -139,7 +143,11 @@ class Keys:
         page.require(Action.READ_KEYS, team)
         context = await self._context(request, page, team)
         if request.method == "GET":  # a HEAD shows nothing: it must not use the secret's one showing up
-            context["flash"] = await self._take_flash(page, request.query_params.get("flash", ""))
+            flash = await self._take_flash(page, request.query_params.get("flash", ""))
+            if flash is not None:
+                base, router = self._console.client_base(request), page.deps.router
+                flash["agents"] = snippets.for_key(router, base, flash["secret"], flash.get("models"))
+            context["flash"] = flash
         context["notice"] = notice(request, _NOTICES)
         return self._console.render(request, "keys.html", context, session=page.session)
 
@@ -148,15 +156,20 @@ class Keys:
         page.require(Action.MANAGE_KEYS, team)
         form = page.form
         try:
-            body, _ = limits_body(form, KEY_FIELDS, page, None)
+            errors = FormErrors()
+            name = errors.check(lambda: _key_name(form))
+            models = errors.check(lambda: _models(form, page))
+            expires_at = errors.check(lambda: _expiry(form))
+            body, _ = limits_body(form, KEY_FIELDS, page, None, errors)
+            errors.raise_any()
             limits = parse_limits(body, budgets=False)
             await _within_team(page, limits, team)
             record, secret = await page.deps.keystore.create_key(
                 team,
-                name=_key_name(form),
-                models=_models(form, page),
+                name=name or "",
+                models=models,
                 limits=limits,
-                expires_at=_expiry(form),
+                expires_at=expires_at,
                 journal=(journal := page.journal(request)),
                 created_by=journal.actor,
             )
@@ -206,15 +219,19 @@ class Keys:
         record = await _key(page, request, Action.MANAGE_KEYS)
         form = page.form
         try:
-            body, blank = limits_body(form, KEY_FIELDS, page, record.limits)
+            errors = FormErrors()
+            models = errors.check(lambda: _models(form, page))
+            expires_at = errors.check(lambda: _expiry(form))
+            body, blank = limits_body(form, KEY_FIELDS, page, record.limits, errors)
+            errors.raise_any()
             changes, cleared = validation.limit_changes({**body, "clear": blank}, budgets=False)
             await _within_team(page, changes, record.team)
             updated = await page.deps.keystore.update_key(
                 record.id,
                 changes,
                 cleared,
-                models=_models(form, page),
-                expires_at=_expiry(form),
+                models=models,
+                expires_at=expires_at,
                 journal=page.journal(request),
             )
         except GatewayError as exc:

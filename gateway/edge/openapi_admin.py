@@ -188,7 +188,7 @@ def admin_paths() -> Schema:
         "/admin/v1/models": {
             "get": admin_operation(
                 "Models, pools and endpoints as this replica sees them",
-                ok_response(s.listing({"type": "object"})),
+                ok_response(s.pools_listing()),
             )
         },
     }

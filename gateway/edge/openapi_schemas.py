@@ -225,6 +225,18 @@ def listing(item: Schema) -> Schema:
     }
 
 
+def pools_listing() -> Schema:
+    """gateway.admin.models: the pool state of the replica that answered, which it names."""
+    schema = listing({"type": "object"})
+    schema["required"] = [*schema["required"], "replica"]
+    schema["properties"]["replica"] = {
+        "type": "string",
+        "description": "The answering replica's host name (its pod's name in Kubernetes): in-flight "
+        "counts, health and queues are per replica.",
+    }
+    return schema
+
+
 def audit_listing() -> Schema:
     """gateway.admin.audit: entries newest first; `has_more` when older ones match too."""
     entry = {
