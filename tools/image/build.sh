@@ -40,6 +40,7 @@ sha() { sha256sum | cut -c1-16; }
 
 # mmdebstrap streams a minimal Debian with Python into `podman import`: no registry needed.
 make_base() {
+    # shellcheck disable=SC2016 # the hook's $1 (the chroot) is mmdebstrap's to expand
     mmdebstrap --quiet --variant=minbase --include="$BASE_PACKAGES" \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
@@ -127,17 +128,24 @@ for name in $todo; do
     hash="$(inputs_hash "$name")"
     echo "image $image (inputs $hash)"
     rm -f "$DIST/sluicegate-$name.inputs"
+    previous="$(podman image inspect --format '{{.Id}}' "$image" 2> /dev/null || true)"
     podman build --quiet -f "$DOCKER/$name.Dockerfile" --build-arg BASE="$BASE" \
         --build-arg VERSION="$VERSION" "$@" -t "$image" . > /dev/null
-    # The sbom stage was built with the image (its layers are cached): tag it, copy its file out.
+    # The sbom stage, from the layers just cached: its file goes beside the archive, its tag goes.
     podman build --quiet -f "$DOCKER/$name.Dockerfile" --build-arg BASE="$BASE" \
         --build-arg VERSION="$VERSION" "$@" --target sbom -t "$image-sbom" . > /dev/null
     container="$(podman create "$image-sbom" true)"
     podman cp "$container:/sbom.cdx.json" "$DIST/sluicegate-$name.cdx.json"
     podman rm "$container" > /dev/null
-    podman untag "$image-sbom"
+    podman rmi "$image-sbom" > /dev/null
+    # The image this one replaces, unless something else still uses it (its layers stay cached).
+    if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$image")" ]; then
+        podman rmi "$previous" > /dev/null 2>&1 || true
+    fi
     podman save --quiet --format oci-archive -o "$DIST/sluicegate-$name.oci.tar.part" "$image"
     mv "$DIST/sluicegate-$name.oci.tar.part" "$DIST/sluicegate-$name.oci.tar"
     echo "$hash" > "$DIST/sluicegate-$name.inputs"
 done
-ls -l $(for n in $names; do printf ' %s' "$DIST/sluicegate-$n.oci.tar" "$DIST/sluicegate-$n.cdx.json"; done)
+for name in $names; do
+    ls -l "$DIST/sluicegate-$name.oci.tar" "$DIST/sluicegate-$name.cdx.json"
+done
