@@ -4,14 +4,13 @@ default command, a numeric non-root user, and no compiler, installer or package 
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
+import yaml
 
 from tests.image.podman import ROOT, inspect_image, podman, run_options
 
-CHART = (ROOT / "helm" / "sluicegate" / "Chart.yaml").read_text()
-APP_VERSION = re.search(r'^appVersion: "?([^"\n]+)"?$', CHART, re.MULTILINE)
+APP_VERSION: str = yaml.safe_load((ROOT / "helm" / "sluicegate" / "Chart.yaml").read_text())["appVersion"]
 ENTRYPOINTS = {"gateway": (["sluicegate"], ["serve"]), "reframr": (["python", "-m", "workers.reframr"], None)}
 # Run by the image's own python, as root (to see /root): what a shell finds on PATH, and the files
 # of the places caches are left in (apt's lock files are not caches).
@@ -24,17 +23,19 @@ for folder in ("/root/.cache", "/tmp", "/var/lib/apt/lists", "/var/cache/apt"):
         caches += [os.path.join(path, f) for f in files if f != "lock"]
 print(json.dumps({"tools": tools, "caches": caches, "python": shutil.which("python")}))
 """
+# Every Python distribution the image's venv holds, with its version.
+DISTRIBUTIONS = (
+    "import json, importlib.metadata as m; print(json.dumps({d.name: d.version for d in m.distributions()}))"
+)
 
 
 @pytest.mark.parametrize("name", ["gateway", "reframr"])
 def test_labels_entrypoint_and_user(images: dict[str, str], name: str) -> None:
-    assert APP_VERSION is not None
-    version = APP_VERSION.group(1)
-    assert images[name].endswith(f":{version}"), "tagged with the chart's appVersion"
+    assert images[name].endswith(f":{APP_VERSION}"), "tagged with the chart's appVersion"
     config = inspect_image(images[name])
     labels = config["Labels"]
     assert labels["org.opencontainers.image.source"] == "https://github.com/sluicegate/sluicegate"
-    assert labels["org.opencontainers.image.version"] == version
+    assert labels["org.opencontainers.image.version"] == APP_VERSION
     assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
     entrypoint, cmd = ENTRYPOINTS[name]
     assert config["Entrypoint"] == entrypoint
@@ -52,3 +53,15 @@ def test_no_compiler_installer_or_cache_inside(images: dict[str, str], name: str
     assert found["tools"] == [], found
     assert found["caches"] == [], found
     assert found["python"].startswith("/opt/"), "python is the image's venv"
+
+
+@pytest.mark.parametrize("name", ["gateway", "reframr"])
+def test_the_sbom_beside_the_archive_lists_what_the_image_holds(images: dict[str, str], name: str) -> None:
+    sbom = json.loads((ROOT / "dist" / f"sluicegate-{name}.cdx.json").read_text())
+    assert sbom["bomFormat"] == "CycloneDX"
+    root = sbom["metadata"]["component"]
+    assert (root["name"], root["version"]) == ("sluicegate", APP_VERSION)
+    listed = {c["name"].lower(): c["version"] for c in sbom["components"]}
+    done = podman("run", "--rm", *run_options(), "--entrypoint", "python", images[name], "-c", DISTRIBUTIONS)
+    installed = {n.lower(): v for n, v in json.loads(done.stdout).items() if n != "sluicegate"}
+    assert listed == installed
