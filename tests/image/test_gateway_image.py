@@ -148,6 +148,13 @@ def test_runs_as_a_non_root_user_on_a_read_only_root(gateway: Gateway) -> None:
         assert done.returncode == 0, f"{path}: {done.stderr}"
 
 
+# What each worker answers to the prompt below with max_tokens=6: proof of who answered.
+ANSWERS = {
+    REFRAMR_MODEL: "mode=default hello from a container w5",  # the prompt's words, then filler
+    FAKE_MODEL: "tok0 tok1 tok2 tok3 tok4 tok5 ",
+}
+
+
 @pytest.mark.parametrize("model", [REFRAMR_MODEL, FAKE_MODEL])
 def test_relays_chat_whole_and_streamed(gateway: Gateway, model: str) -> None:
     before = gateway.metric("sluicegate_requests_total", model=model, api="chat", code="200")
@@ -160,12 +167,11 @@ def test_relays_chat_whole_and_streamed(gateway: Gateway, model: str) -> None:
             model=model, messages=messages, max_tokens=6, stream=True, stream_options={"include_usage": True}
         )
         chunks = list(stream)
-    text = whole.choices[0].message.content
-    assert text
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    assert whole.choices[0].message.content == ANSWERS[model]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ANSWERS[model]
     assert whole.usage is not None
     assert chunks[-1].usage is not None
-    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens > 0
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens == 6
     after = gateway.metric("sluicegate_requests_total", model=model, api="chat", code="200")
     assert after - before == 2
 
