@@ -7,6 +7,8 @@
     DELETE /admin/v1/role-bindings/{id}
     GET    /admin/v1/me                   the caller and their effective roles: any signed-in
                                           caller, roles or not
+    GET    /admin/v1/oidc                 public: the issuer and the CLI's client id, for
+                                          `sluicegate login`
 
 Binding and unbinding are a platform admin's; reading the bindings, a platform admin's or an
 auditor's. Both changes are audited like any other.
@@ -158,8 +160,24 @@ async def me(request: Request, deps: AdminDeps) -> Response:
     )
 
 
+async def oidc_info(request: Request) -> Response:
+    """Public: which IdP and public client `sluicegate login` uses, so a person needs only the
+    gateway's URL. Nothing here is a secret (the IdP publishes its issuer; the CLI's client is
+    public by design)."""
+    settings = AdminDeps.of(request.scope).settings
+    oidc = settings.oidc
+    return json_response(
+        {
+            "issuer": oidc.issuer if oidc else None,
+            "cli_client_id": settings.oidc_cli_client_id if oidc else None,
+            "audience": oidc.audience if oidc else None,
+        }
+    )
+
+
 def role_routes() -> list[Route]:
     return [
+        Route("/admin/v1/oidc", oidc_info, methods=["GET"]),
         route(
             "/admin/v1/role-bindings",
             {"POST": (create_binding, Action.ADMINISTER), "GET": (list_bindings, Action.READ_PLATFORM)},
