@@ -26,6 +26,7 @@ from gateway.proxy.cache_salt import client_salt
 from gateway.proxy.engine_ids import without_engine_ids
 from gateway.proxy.translation.body import field_error as _field_error
 from gateway.proxy.translation.body import open_body
+from gateway.proxy.translation.engine_fields import HeldElsewhere
 from gateway.proxy.translation.tool_names import ToolNames
 from gateway.proxy.usage import MAX_TOKENS
 from gateway.proxy.worker_protocols import WorkerProtocol
@@ -49,7 +50,7 @@ def text_chars(value: Any) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class NativeCall:
+class NativeCall(HeldElsewhere):
     """One request for a worker that serves the client's API itself."""
 
     body: dict[str, Any]
