@@ -24,7 +24,7 @@ from tests.servers import run_uvicorn
 MODEL = "native-sse"
 pytestmark = pytest.mark.timeout(60)
 
-MESSAGES = [
+MESSAGES: list[tuple[str, dict[str, Any]]] = [
     (
         "message_start",
         {
@@ -55,7 +55,7 @@ MESSAGES = [
     ("message_stop", {"type": "message_stop"}),
 ]
 _RESPONSE = {"id": "resp_1", "object": "response", "model": MODEL, "output": []}
-RESPONSES = [
+RESPONSES: list[tuple[str, dict[str, Any]]] = [
     (
         "response.created",
         {
