@@ -80,6 +80,9 @@ class Settings:
     max_connections: int = 0
     # A worker SSE event larger than this ends the stream with an error event (gateway/proxy/relay.py).
     max_event_bytes: int = 1024 * 1024
+    # The bytes of whole (non-streamed) answers one replica holds at once, all requests together;
+    # an answer that would pass it is cut and answered 503 server_busy (gateway/proxy/answer_bytes.py).
+    max_buffered_answer_bytes: int = 256 * 1024 * 1024
     # After SIGTERM: /readyz fails at once and serving goes on this long (so Kubernetes takes the
     # pod out of its Service first), then open requests get up to drain_timeout_s (gateway/drain.py).
     shutdown_delay_s: float = 5.0
@@ -194,6 +197,9 @@ class Settings:
                 "SLUICEGATE_KEEP_ALIVE_TIMEOUT", defaults.keep_alive_timeout_s, float
             ),
             max_event_bytes=number("SLUICEGATE_MAX_EVENT_BYTES", defaults.max_event_bytes, int),
+            max_buffered_answer_bytes=number(
+                "SLUICEGATE_MAX_BUFFERED_ANSWER_BYTES", defaults.max_buffered_answer_bytes, int
+            ),
             max_connections=number("SLUICEGATE_MAX_CONNECTIONS", defaults.max_connections, int, zero=True),
             shutdown_delay_s=number("SLUICEGATE_SHUTDOWN_DELAY", defaults.shutdown_delay_s, float, zero=True),
             drain_timeout_s=number("SLUICEGATE_DRAIN_TIMEOUT", defaults.drain_timeout_s, float, zero=True),

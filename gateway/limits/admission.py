@@ -345,7 +345,8 @@ class RateLimiter:
             # what it may have charged is given back the same way.
             self._void(team, limits, request_id, prompt)
             raise
-        self._breaker.answered()
+        if self._breaker.in_a_row:  # a call per request saved: it is 0 nearly always
+            self._breaker.answered()
         states = tuple(
             [
                 LimitState(limit, int(reply[4 + i * 3]), float(reply[5 + i * 3]), float(reply[6 + i * 3]))

@@ -34,7 +34,8 @@ class RedisBreaker:
         self._failures_to_open = failures_to_open
         self._open_until = 0.0
         self._probing = False
-        self._in_a_row = 0
+        # Failures in a row so far; read by the hot path, which calls `answered` only when it is not 0.
+        self.in_a_row = 0
         self._failed_at = float("-inf")  # when the last failure that counted was seen
 
     @property
@@ -43,7 +44,7 @@ class RedisBreaker:
 
     def answered(self) -> None:
         """A call was answered: Redis is there, and the failures before it were not in a row."""
-        self._in_a_row = 0
+        self.in_a_row = 0
 
     def failed(self, site: str, error: BaseException, started_at: float) -> None:
         """A call made at `started_at` (time.monotonic()) failed. `site` names it; the error is
@@ -53,8 +54,8 @@ class RedisBreaker:
             return  # out already when the last failure was seen: the same one
         now = time.monotonic()
         self._failed_at = now
-        self._in_a_row += 1
-        if self._in_a_row < self._failures_to_open:
+        self.in_a_row += 1
+        if self.in_a_row < self._failures_to_open:
             return
         if not self.open:
             # Once per opening: an operator reading a burst of 503s learns which call began it.
@@ -63,7 +64,7 @@ class RedisBreaker:
                 self._cool_down_s,
                 site,
                 type(error).__name__,
-                self._in_a_row,
+                self.in_a_row,
             )
         self._open_until = now + self._cool_down_s
 
@@ -78,4 +79,4 @@ class RedisBreaker:
         self._probing = False
         if answered:
             self._open_until = 0.0
-            self._in_a_row = 0
+            self.in_a_row = 0

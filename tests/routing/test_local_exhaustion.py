@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(
     from gateway.errors import GatewayError
     from gateway.model_table import HealthConfig, ModelConfig, ModelTable
     from gateway.observability.metrics import Metrics
-    from gateway.proxy.relay import read_whole
+    from gateway.proxy.whole_answer import read_whole
     from gateway.proxy.upstream import Upstream, new_session
     from gateway.routing.monitor import Monitor
     from gateway.routing.policy import RouteRequest

@@ -70,7 +70,8 @@ class OpenAICall:
         """The body held to the model's allow-list and logprob cap
         (gateway.proxy.translation.engine_fields): unchanged when it names nothing else."""
         payload = self.payload
-        engine_fields.check_logprobs(payload, model.max_logprobs, self.path == COMPLETIONS_PATH)
+        if "logprobs" in payload or "top_logprobs" in payload or "prompt_logprobs" in payload:
+            engine_fields.check_logprobs(payload, model.max_logprobs, self.path == COMPLETIONS_PATH)
         extra = payload.keys() - engine_fields.FIELDS[self.path]
         if extra:
             extra -= model.engine_fields

@@ -36,7 +36,7 @@ def apply(call: CallT, model: ModelConfig) -> CallT:
     call = call.held_to(model)
     if isinstance(call, NativeCall) and model.native_normalise:
         call = normalised(call)  # type: ignore[assignment]
-    hosted = hosted_tools(call.ignored)
+    hosted = hosted_tools(call.ignored) if call.ignored else None
     if hosted and model.hosted_tools == "refuse":
         where, _, kind = hosted[0].partition(":")
         raise GatewayError(
