@@ -52,6 +52,9 @@ class Settings:
     max_messages: int = 20_000  # messages / input items / contents
     max_content_parts: int = 2_000  # in one message
     max_tools: int = 2_000
+    # JSON values (objects, arrays, strings) one body may hold, estimated from its bytes and
+    # refused with a 413 before the parse, which holds the loop (gateway/proxy/translation/bounds.py).
+    max_body_values: int = 200_000
     key_cache_ttl_s: float = 1.0
     redis_timeout_s: float = 2.0
     redis_max_connections: int = 256
@@ -209,6 +212,7 @@ class Settings:
             max_messages=number("SLUICEGATE_MAX_MESSAGES", defaults.max_messages, int),
             max_content_parts=number("SLUICEGATE_MAX_CONTENT_PARTS", defaults.max_content_parts, int),
             max_tools=number("SLUICEGATE_MAX_TOOLS", defaults.max_tools, int),
+            max_body_values=number("SLUICEGATE_MAX_BODY_VALUES", defaults.max_body_values, int),
             client_write_stall_s=number(
                 "SLUICEGATE_CLIENT_WRITE_STALL", defaults.client_write_stall_s, float
             ),

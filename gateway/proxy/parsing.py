@@ -11,7 +11,7 @@ from starlette.requests import Request
 from gateway.errors import GatewayError
 from gateway.http.context import RequestContext
 from gateway.proxy.dialect import CallT, Dialect
-from gateway.proxy.translation.bounds import BodyBounds
+from gateway.proxy.translation.bounds import BodyBounds, check_values
 from gateway.routing.session import session_of
 
 
@@ -26,6 +26,8 @@ def parse(
     """The dialect's parse, noting on `ctx` the model the body names (for the access log, also
     when the body is refused) and the session the request belongs to (for routing)."""
     try:
+        if len(body) > bounds.max_values:  # else it cannot hold that many (no call on the hot path)
+            check_values(body, bounds.max_values)  # before the parse, which holds the loop
         call = dialect.parse(body, native, bounds)
     except GatewayError:
         ctx.requested_model = _model_named(body)

@@ -97,7 +97,9 @@ class Pipeline:
         """`hosted_tools`: the hosted tool types the client APIs declare beyond the known ones
         (gateway.apis), metric labels of what a translation dropped."""
         self._settings = settings
-        self._bounds = BodyBounds(settings.max_messages, settings.max_content_parts, settings.max_tools)
+        self._bounds = BodyBounds(
+            settings.max_messages, settings.max_content_parts, settings.max_tools, settings.max_body_values
+        )
         # Whole answers held at once, across every request of this replica (a 503 past it).
         self._answers = answers = AnswerBytes(settings.max_buffered_answer_bytes)
         metrics.buffered_answer_bytes.set_function(lambda: answers.held)
