@@ -8,7 +8,7 @@ answered, so the refusal is the bound's and nothing else's."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -124,7 +124,7 @@ def test_a_body_over_a_bound_gets_a_400_naming_it_in_its_apis_envelope(bounded: 
 
 # --- JSON values, estimated before the parse (gateway/proxy/translation/bounds.py: check_values) ---
 
-ATTACKS = {
+ATTACKS: dict[str, Callable[[], tuple[str, dict[str, Any]]]] = {
     # The fourth review's bodies: 240,000 messages (8.7 MB) and 100,001 Gemini contents.
     "chat messages": lambda: _chat(240_000),
     "messages": lambda: _messages(240_000),
