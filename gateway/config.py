@@ -85,7 +85,8 @@ class Settings:
     max_event_bytes: int = 1024 * 1024
     # The bytes of whole (non-streamed) answers one replica holds at once, all requests together;
     # an answer that would pass it is cut and answered 503 server_busy (gateway/proxy/answer_bytes.py).
-    max_buffered_answer_bytes: int = 256 * 1024 * 1024
+    # The memory they take is about twice this (an answer's bytes, then its parsed form beside them).
+    max_buffered_answer_bytes: int = 128 * 1024 * 1024
     # After SIGTERM: /readyz fails at once and serving goes on this long (so Kubernetes takes the
     # pod out of its Service first), then open requests get up to drain_timeout_s (gateway/drain.py).
     shutdown_delay_s: float = 5.0

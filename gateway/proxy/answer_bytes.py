@@ -5,8 +5,9 @@ they were not: six concurrent 60 MB answers added 457 MB to a replica, and a cli
 honest engine write large answers (logprobs for every token, many choices). Each answer's bytes are
 counted as they arrive and given back once its client has them; an answer that would take the
 count past `limit` is cut (its worker connection closed, which stops the engine) and the client
-gets 503 `server_busy`. Memory is a few times the count (the parsed answer, the client's copy):
-the bound is on the bytes, which grow it.
+gets 503 `server_busy`. Memory is about twice the count (the bytes, joined from their parts, then
+the parsed answer beside them; bench/answer_memory_bench.py): the bound is on the bytes, which
+grow it.
 
 Plain attributes, changed inline where answers are read (gateway.proxy.whole_answer.read_whole): a whole
 answer is the hot path, and each Python call there counts (tests/perf/budget.json).
