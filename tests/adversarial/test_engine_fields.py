@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from gateway.model_table import ModelConfig, ModelTable
+from gateway.model_table import NATIVE, ModelConfig, ModelTable, Protocols
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, default_table, worker_record
 from tests.http import post
 from tests.pipeline.support import metric_sum
 
 ADMITTING = "admitting-model"
+NATIVE_MODEL = "native-responses-model"
 IGNORED = "x-sluicegate-ignored"
 CHAT = ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
 COMPLETIONS = ("/v1/completions", {"prompt": "hi"})
@@ -33,7 +34,14 @@ def gw(make_gateway_module: GatewayFactory, fake_worker: str) -> Iterator[Gatewa
         engine_fields=frozenset({"min_p", "guided_json", "prompt_logprobs"}),
         max_logprobs=20,
     )
-    with make_gateway_module(ModelTable((*default_table(fake_worker).models, admitting))) as gateway:
+    native = ModelConfig(
+        name=NATIVE_MODEL,
+        upstream_model=FAKE_MODEL,
+        endpoints=(fake_worker,),
+        protocols=Protocols(responses=NATIVE),
+    )
+    table = ModelTable((*default_table(fake_worker).models, admitting, native))
+    with make_gateway_module(table) as gateway:
         yield gateway
 
 
@@ -130,3 +138,11 @@ def test_max_tokens_zero_is_a_400(gw: Gateway, path: str, body: dict[str, Any], 
     # The gateway's own refusal, before admission: not the worker's (the fake refuses some zeros).
     assert reply.json()["error"]["code"] == "invalid_request"
     assert reply.json()["error"]["param"] == field
+
+
+def test_a_native_responses_bodys_logprobs_are_capped_too(gw: Gateway) -> None:
+    body = {"input": "hi", "max_output_tokens": 5}
+    refused = _send(gw, "/v1/responses", {**body, "top_logprobs": 6}, model=NATIVE_MODEL)
+    assert refused.status == 400, refused.body
+    assert refused.json()["error"]["param"] == "top_logprobs"
+    assert _send(gw, "/v1/responses", {**body, "top_logprobs": 2}, model=NATIVE_MODEL).status == 200

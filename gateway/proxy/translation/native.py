@@ -15,18 +15,19 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
 from gateway.errors import GatewayError
 from gateway.limits.output import AskedOutput
+from gateway.model_table import ModelConfig
 from gateway.proxy import worker_protocols
 from gateway.proxy.cache_salt import client_salt
 from gateway.proxy.engine_ids import without_engine_ids
+from gateway.proxy.translation import engine_fields
 from gateway.proxy.translation.body import field_error as _field_error
 from gateway.proxy.translation.body import open_body
-from gateway.proxy.translation.engine_fields import HeldElsewhere
 from gateway.proxy.translation.tool_names import ToolNames
 from gateway.proxy.usage import MAX_TOKENS
 from gateway.proxy.worker_protocols import WorkerProtocol
@@ -50,7 +51,7 @@ def text_chars(value: Any) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class NativeCall(HeldElsewhere):
+class NativeCall:
     """One request for a worker that serves the client's API itself."""
 
     body: dict[str, Any]
@@ -75,6 +76,14 @@ class NativeCall(HeldElsewhere):
 
     def asked_output(self) -> AskedOutput:
         return AskedOutput(self.max_tokens)
+
+    def held_to(self, model: ModelConfig) -> Self:
+        """Forwarded as sent (the worker's own API checks its fields), but for the logprob counts,
+        capped as an OpenAI body's are (Responses' `top_logprobs`; vLLM's `prompt_logprobs`)."""
+        body = self.body
+        if "top_logprobs" in body or "prompt_logprobs" in body:
+            engine_fields.check_logprobs(body, model.max_logprobs, counted_logprobs=False)
+        return self
 
     def estimated_prompt_tokens(self) -> int:
         return self.prompt_estimate
