@@ -53,6 +53,9 @@ class Settings:
     max_messages: int = 20_000  # messages / input items / contents
     max_content_parts: int = 2_000  # in one message
     max_tools: int = 2_000
+    # JSON values (objects, arrays, strings) one body may hold, estimated from its bytes and
+    # refused with a 413 before the parse, which holds the loop (gateway/proxy/translation/bounds.py).
+    max_body_values: int = 200_000
     key_cache_ttl_s: float = 1.0
     redis_timeout_s: float = 2.0
     redis_max_connections: int = 256
@@ -81,6 +84,10 @@ class Settings:
     max_connections: int = 0
     # A worker SSE event larger than this ends the stream with an error event (gateway/proxy/relay.py).
     max_event_bytes: int = 1024 * 1024
+    # The bytes of whole (non-streamed) answers one replica holds at once, all requests together;
+    # an answer that would pass it is cut and answered 503 server_busy (gateway/proxy/answer_bytes.py).
+    # The memory they take is about twice this (an answer's bytes, then its parsed form beside them).
+    max_buffered_answer_bytes: int = 128 * 1024 * 1024
     # After SIGTERM: /readyz fails at once and serving goes on this long (so Kubernetes takes the
     # pod out of its Service first), then open requests get up to drain_timeout_s (gateway/drain.py).
     shutdown_delay_s: float = 5.0
@@ -208,6 +215,9 @@ class Settings:
                 "SLUICEGATE_KEEP_ALIVE_TIMEOUT", defaults.keep_alive_timeout_s, float
             ),
             max_event_bytes=number("SLUICEGATE_MAX_EVENT_BYTES", defaults.max_event_bytes, int),
+            max_buffered_answer_bytes=number(
+                "SLUICEGATE_MAX_BUFFERED_ANSWER_BYTES", defaults.max_buffered_answer_bytes, int
+            ),
             max_connections=number("SLUICEGATE_MAX_CONNECTIONS", defaults.max_connections, int, zero=True),
             shutdown_delay_s=number("SLUICEGATE_SHUTDOWN_DELAY", defaults.shutdown_delay_s, float, zero=True),
             drain_timeout_s=number("SLUICEGATE_DRAIN_TIMEOUT", defaults.drain_timeout_s, float, zero=True),
@@ -217,6 +227,7 @@ class Settings:
             max_messages=number("SLUICEGATE_MAX_MESSAGES", defaults.max_messages, int),
             max_content_parts=number("SLUICEGATE_MAX_CONTENT_PARTS", defaults.max_content_parts, int),
             max_tools=number("SLUICEGATE_MAX_TOOLS", defaults.max_tools, int),
+            max_body_values=number("SLUICEGATE_MAX_BODY_VALUES", defaults.max_body_values, int),
             client_write_stall_s=number(
                 "SLUICEGATE_CLIENT_WRITE_STALL", defaults.client_write_stall_s, float
             ),

@@ -204,6 +204,8 @@ plus what templates derive from it: {"models": [ {..., "_slug", "_resourceName",
 {{- if .native_normalise }}{{ $_ := set $entry "native_normalise" true }}{{ end -}}
 {{- if .hosted_tools }}{{ $_ := set $entry "hosted_tools" .hosted_tools }}{{ end -}}
 {{- if .cache_isolation }}{{ $_ := set $entry "cache_isolation" .cache_isolation }}{{ end -}}
+{{- if .engine_fields }}{{ $_ := set $entry "engine_fields" .engine_fields }}{{ end -}}
+{{- if hasKey . "max_logprobs" }}{{ $_ := set $entry "max_logprobs" .max_logprobs }}{{ end -}}
 {{- if .price }}{{ $_ := set $entry "price" .price }}{{ end -}}
 {{- $entries = append $entries $entry -}}
 {{- end -}}
