@@ -79,7 +79,8 @@ def _device_flow(document: dict[str, Any], client_id: str, scope: str) -> dict[s
     where = started.get("verification_uri_complete") or started.get("verification_uri")
     print(f"Open {where}", file=sys.stderr)
     print(f"and confirm the code {started.get('user_code')}", file=sys.stderr)
-    interval = float(started.get("interval") or 5)  # RFC 8628 §3.2: 5 s when not said
+    # RFC 8628 §3.2: 5 s when not said; a shorter one the IdP asks for is its own business.
+    interval = max(float(started.get("interval", 5)), 0.1)
     deadline = time.monotonic() + min(float(started.get("expires_in") or 600), _MAX_WAIT_S)
     fields = {"grant_type": DEVICE_GRANT, "device_code": started["device_code"], "client_id": client_id}
     while time.monotonic() < deadline:

@@ -66,14 +66,17 @@ async def exchange_code(
         "redirect_uri": redirect_uri,
         "code_verifier": verifier,
     }
-    auth = aiohttp.BasicAuth(
-        urllib.parse.quote(client_id, safe=""), urllib.parse.quote(client_secret, safe="")
-    )
+    # RFC 6749 §2.3.1: each part form-urlencoded, then HTTP Basic.
+    pair = f"{urllib.parse.quote_plus(client_id)}:{urllib.parse.quote_plus(client_secret)}"
+    headers = {
+        "authorization": "Basic " + base64.b64encode(pair.encode()).decode(),
+        "accept": "application/json",
+    }
     timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S)
     try:
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
-            session.post(endpoint, data=fields, auth=auth, allow_redirects=False) as response,
+            session.post(endpoint, data=fields, headers=headers, allow_redirects=False) as response,
         ):
             body = await response.content.read(MAX_DOCUMENT_BYTES + 1)
             status = response.status
