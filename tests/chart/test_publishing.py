@@ -189,3 +189,21 @@ def test_notes_follow_the_values(notes: Any) -> None:
 def test_notes_tell_reframr_users_to_build_its_image_too(notes: Any) -> None:
     text = notes({"models": [{"name": "r", "engine": "reframr", "mode": "test"}]})
     assert text.count("dist/sluicegate-reframr.oci.tar -> engines.reframr.image.repository") == 1
+
+
+def test_notes_say_what_to_register_at_the_idp(notes: Any) -> None:
+    text = notes(
+        {
+            "gateway": {"adminIngress": {"enabled": True, "host": "llm-admin.example.com"}},
+            "oidc": {
+                "issuer": "https://login.example.com",
+                "clientId": "console",
+                "clientSecret": {"existingSecret": "oidc"},
+                "cliClientId": "cli",
+            },
+        }
+    )
+    assert "redirect URI http://llm-admin.example.com/admin/ui/oidc/callback" in text
+    assert 'the CLI\'s public client "cli" with the device grant' in text
+    assert "WARNING: without gateway.adminIngress.tls people sign in over plain http." in text
+    assert "People sign in with your identity provider" not in notes()

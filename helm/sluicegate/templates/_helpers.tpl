@@ -290,3 +290,16 @@ preStop:
   exec:
     command: ["sleep", "{{ . }}"]
 {{- end -}}
+
+{{/* Where people reach the admin plane from outside (SLUICEGATE_PUBLIC_URL: the IdP sends them
+back under it): the admin Ingress's host (https when it has TLS), or the admin HTTPRoute's
+hostname (https: a Gateway's listener for people terminates TLS); empty without either. */}}
+{{- define "sluicegate.adminPublicUrl" -}}
+{{- $ingress := .Values.gateway.adminIngress -}}
+{{- $route := .Values.gateway.adminHttpRoute -}}
+{{- if and $ingress.enabled $ingress.host -}}
+{{- printf "%s://%s" (ternary "https" "http" (not (empty $ingress.tls))) $ingress.host -}}
+{{- else if and $route.enabled $route.hostname -}}
+{{- printf "https://%s" $route.hostname -}}
+{{- end -}}
+{{- end -}}
