@@ -25,6 +25,8 @@ import logging
 import re
 import secrets
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -52,14 +54,46 @@ _STATE_RE = re.compile(r"[A-Za-z0-9_-]{16,64}")
 _IDP_ERROR_RE = re.compile(r"[a-z_]{1,40}")
 
 
+class FlowLimiter:
+    """Starting a sign-in writes to Redis before anyone is known, so each address may start at
+    most `per_minute` a minute (a person needs a few): a flood from one address cannot fill Redis
+    with flows. Memory is bounded by `max_addresses`, oldest first out."""
+
+    def __init__(
+        self,
+        per_minute: int = 20,
+        *,
+        max_addresses: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._per_minute = per_minute
+        self._max_addresses = max_addresses
+        self._clock = clock
+        self._windows: OrderedDict[str, tuple[float, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._windows)
+
+    def allow(self, address: str) -> bool:
+        now = self._clock()
+        started, count = self._windows.pop(address, (now, 0))
+        if now - started >= 60:
+            started, count = now, 0
+        self._windows[address] = (started, count + 1)
+        while len(self._windows) > self._max_addresses:
+            self._windows.popitem(last=False)
+        return count < self._per_minute
+
+
 def _digest(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
 class SingleSignOn:
-    def __init__(self, console: Console, audit: SignInAudit) -> None:
+    def __init__(self, console: Console, audit: SignInAudit, limiter: FlowLimiter | None = None) -> None:
         self._console = console
         self._audit = audit
+        self._limiter = limiter or FlowLimiter()
 
     def _redirect_uri(self, request: Request) -> str:
         """SLUICEGATE_PUBLIC_URL's, or the request's own address (the IdP refuses any redirect
@@ -73,6 +107,12 @@ class SingleSignOn:
         settings = console.settings
         if not console.sso or verifier is None or settings.oidc_client_id is None:
             return console.render(request, "disabled.html", status=403)
+        if not self._limiter.allow(deps.throttle.address(request.scope)):
+            page = self._failed_page(
+                request, "Too many sign-ins started from this address; try again in a minute.", 429
+            )
+            page.headers["retry-after"] = "60"
+            return page
         flow = Flow.new()
         binding = secrets.token_urlsafe(24)
         redirect_uri = self._redirect_uri(request)

@@ -244,3 +244,26 @@ def test_the_public_oidc_route_names_the_issuer_and_the_cli_client(sso: Sso) -> 
         urllib.request.urlopen(f"{sso.one.url}/admin/v1/me", timeout=10)  # noqa: S310
     refused.value.close()
     assert refused.value.code == 401
+
+
+def test_starting_sign_ins_is_bounded_per_address(sso: Sso) -> None:
+    """Each start writes a flow to Redis before anyone is known: one address cannot start more
+    than 20 a minute (the module's earlier tests started a few from this address already)."""
+    answers = [_Browser(sso.two.url).get(f"{sso.two.url}{UI}/oidc/login")[0] for _ in range(21)]
+    assert answers.count(429) >= 1
+    assert answers[0] == 303
+    assert set(answers) == {303, 429}
+    assert answers.index(429) == answers.count(303)  # once refused, refused for the rest of the minute
+
+
+def test_the_flow_limiter_forgets_old_addresses_and_old_windows() -> None:
+    from gateway.console.sso import FlowLimiter
+
+    now = [0.0]
+    limiter = FlowLimiter(2, max_addresses=3, clock=lambda: now[0])
+    assert [limiter.allow("a") for _ in range(3)] == [True, True, False]
+    now[0] = 60.0
+    assert limiter.allow("a")
+    for address in ("b", "c", "d", "e"):
+        limiter.allow(address)
+    assert len(limiter) == 3
