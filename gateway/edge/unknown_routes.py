@@ -25,7 +25,10 @@ from gateway.proxy.worker_errors import sanitised
 
 # The families a path can belong to: its routes are the ones a 404 names.
 _FAMILIES = ("/v1/", "/admin/")
-_SHOWN_PATH_CHARS = 100  # the client's path is echoed, cut short: the routes matter more
+_SHOWN_PATH_CHARS = 100
+# Past this a 404 names families, not routes: an error message stays short enough to read (and
+# under the 1 KiB that tests/pipeline holds every message to).
+_MAX_LISTED_CHARS = 700  # the client's path is echoed, cut short: the routes matter more
 _CONVERTOR = re.compile(r"\{(\w+):\w+\}")  # `{model:path}` is `{model}` to a client
 
 
@@ -51,6 +54,21 @@ def served(routes: Iterable[BaseRoute], path: str, prefixes: Sequence[str] = _FA
     return out
 
 
+def _summary(routes: Iterable[BaseRoute], prefixes: Sequence[str]) -> list[str]:
+    """Outside every family: each family by its prefix and route count (a full list would not
+    fit an error message), then the routes of no family by name."""
+    listed = served(routes, "/", ())
+    out = []
+    for prefix in dict.fromkeys(p.rstrip("/") for p in prefixes):
+        count = sum(1 for r in listed if r.split(" ", 1)[1].startswith(prefix + "/"))
+        if count:
+            out.append(f"{prefix}/... ({count} routes)")
+    rest = [
+        r for r in listed if not any(r.split(" ", 1)[1].startswith(p.rstrip("/") + "/") for p in prefixes)
+    ]
+    return [*out, *rest, "GET /openapi.json names them all"] if out else rest
+
+
 def answer(
     request: Request,
     status: int,
@@ -64,7 +82,8 @@ def answer(
         prefixes = (*_FAMILIES, *(prefix for family in families for prefix in family.prefixes))
         here = routes_here(request.app.routes, request.scope)
         # A listener that serves none of the family (the admin port: planes.py) names all it serves.
-        routes = ", ".join(served(here, path, prefixes) or served(here, path, ()))
+        named = served(here, path, prefixes) or served(here, path, ())
+        routes = ", ".join(named if len(", ".join(named)) <= _MAX_LISTED_CHARS else _summary(here, prefixes))
         message = f"Unknown route: {method} {shown}. This gateway serves: {routes}."
         code = ErrorCode.NOT_FOUND
     else:
