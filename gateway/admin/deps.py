@@ -12,6 +12,7 @@ from gateway.admin.throttle import AdminThrottle
 from gateway.config import Settings
 from gateway.http.networks import trusted_networks
 from gateway.identity.bindings import BindingStore
+from gateway.identity.directory import Directory
 from gateway.identity.oidc import JwksCache
 from gateway.identity.tokens import TokenVerifier
 from gateway.keys.auth import Authenticator
@@ -31,6 +32,8 @@ class AdminDeps:
     router: Router  # models, pools and endpoints
     audit: AuditLog  # every change written down, as a step of the change (gateway/keys/steps.py)
     bindings: BindingStore  # who holds which role (gateway/identity/bindings.py)
+    # The SCIM directory: who is still active, and their groups (gateway/identity/directory.py).
+    directory: Directory
     # Failed admin-token attempts per client address: one per app, so built here from the settings.
     throttle: AdminThrottle = field(init=False)
     # Who is calling and what they may do: the admin token, or an IdP's access token (one JWKS
@@ -53,6 +56,7 @@ class AdminDeps:
             oidc=settings.oidc,
             verifier=verifier,
             bindings=self.bindings,
+            directory=self.directory,
             keystore=self.keystore,
             throttle=throttle,
         )

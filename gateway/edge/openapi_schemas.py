@@ -171,9 +171,10 @@ def actor() -> Schema:
         "type": "object",
         "required": ["kind"],
         "description": "person (sub, email, name, issuer), service (client_id, issuer), token "
-        "(the break-glass admin token) or system; null before actors were recorded.",
+        "(the break-glass admin token), scim (the identity provider's provisioning) or system; null "
+        "before actors were recorded.",
         "properties": {
-            "kind": {"enum": ["person", "service", "token", "system"]},
+            "kind": {"enum": ["person", "service", "token", "scim", "system"]},
             "sub": nullable({"type": "string"}),
             "email": nullable({"type": "string"}),
             "name": nullable({"type": "string"}),

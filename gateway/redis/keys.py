@@ -119,3 +119,12 @@ def role_bindings() -> str:
     admin call by a person, so a removed binding is gone on every replica at once. No script
     touches it, so it needs no hash tag."""
     return f"{PREFIX}:role-bindings"
+
+
+def scim(*parts: str) -> str:
+    """The SCIM directory (gateway/scim/store.py names each key it uses): users, groups, their
+    indexes, memberships and the tombstones of deleted users. Every key shares the `{scim}` hash
+    tag, so each of the directory's scripts (scim_*.lua) runs on one Redis Cluster slot: ten
+    thousand users and a thousand groups fit one node easily. A part may hold any text (a
+    userName, a group's id); the tag comes first, so nothing in a part can move the slot."""
+    return ":".join((f"{PREFIX}:{{scim}}", *parts))

@@ -1,0 +1,16 @@
+from tests.scim.conftest import *
+def test_smoke(scim):
+    u = new_user(scim)
+    print(u)
+    g = new_group(scim, u["id"])
+    print(g)
+    print(scim.ok("GET", f"/Users/{u['id']}"))
+    print(scim.ok("GET", f'/Users?filter=userName eq "{u["userName"]}"'.replace(" ", "%20").replace('"', "%22")))
+    print(scim.ok("PATCH", f"/Users/{u['id']}", {"schemas":["urn:ietf:params:scim:api:messages:2.0:PatchOp"],"Operations":[{"op":"Replace","path":"active","value":"False"}]}))
+    print(scim.ok("PATCH", f"/Groups/{g['id']}", {"schemas":["urn:ietf:params:scim:api:messages:2.0:PatchOp"],"Operations":[{"op":"remove","path":f'members[value eq "{u["id"]}"]'}]}))
+    print(scim.ok("GET", "/ServiceProviderConfig"))
+    print(str(scim.ok("GET", "/ResourceTypes"))[:300])
+    print(str(scim.ok("GET", "/Schemas"))[:300])
+    print(scim.error("GET", "/Nope", status=404))
+    print(scim.error("GET", "/Users", status=401, token="wrong"))
+    scim.ok("DELETE", f"/Users/{u['id']}", status=204)
