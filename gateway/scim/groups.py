@@ -79,7 +79,7 @@ def _wants_members(params: ResponseParameters[Any] | None) -> bool:
     return True
 
 
-async def _shown(r: ScimRequest, group: dict[str, Any], params: ResponseParameters[Any] | None = None) -> Any:
+async def shown(r: ScimRequest, group: dict[str, Any], params: ResponseParameters[Any] | None = None) -> Any:
     data = dict(group)
     if _wants_members(params):
         members = await r.deps.directory.store.members(group["id"])
@@ -130,7 +130,7 @@ async def create(r: ScimRequest) -> Response:
         before={},
         after={**summary(stored), "members_added": sorted(entries)[:20]},
     )
-    return render.one(await _shown(r, stored), 201, context=Context.RESOURCE_CREATION_RESPONSE)
+    return render.one(await shown(r, stored), 201, context=Context.RESOURCE_CREATION_RESPONSE)
 
 
 async def read(r: ScimRequest) -> Response:
@@ -138,7 +138,7 @@ async def read(r: ScimRequest) -> Response:
     stored = await r.deps.directory.store.get(GROUPS, r.param("id"))
     if stored is None:
         raise _missing(r.param("id"))
-    return render.one(await _shown(r, stored, params), params=params)
+    return render.one(await shown(r, stored, params), params=params)
 
 
 async def search(r: ScimRequest, query: Any = None) -> Response:
@@ -147,13 +147,13 @@ async def search(r: ScimRequest, query: Any = None) -> Response:
     store = r.deps.directory.store
     if request.filter is None:
         page = await store.page(GROUPS, start, count)
-        shown = [await _shown(r, g, request) for g in page.items]
-        return render.listing(GroupModel, page.total, start, shown, request)
+        found = [await shown(r, g, request) for g in page.items]
+        return render.listing(GroupModel, page.total, start, found, request)
     index, value = indexed_lookup(GROUPS, request.filter)
     group_id = value if index == "id" else await store.find(GROUPS, index, value)
     candidate = await store.get(GROUPS, group_id) if group_id else None
     # Members are read to match a filter on them (Entra: `id eq "…" and members eq "…"`).
-    models = [await _shown(r, candidate)] if candidate is not None else []
+    models = [await shown(r, candidate)] if candidate is not None else []
     matches = [m for m in models if request.filter.match(m)]
     if not _wants_members(request):
         for model in matches:
@@ -178,7 +178,7 @@ async def replace(r: ScimRequest) -> Response:
     await _put(r, group_id, stored, create=False)
     await _change(r, group_id, dict(entries), exact=True)
     await r.journal().write("scim.group.replaced", team="", before=summary(before), after=summary(stored))
-    return render.one(await _shown(r, stored))
+    return render.one(await shown(r, stored))
 
 
 def _fields(group: dict[str, Any]) -> dict[str, Any]:
@@ -216,7 +216,7 @@ async def patch(r: ScimRequest) -> Response:
     changes = _membership_only(body)
     after = before
     if changes is None:
-        group = await _shown(r, before)
+        group = await shown(r, before)
         old = _entries(group.members)
         if operations.patch(group, scim_policy=POLICY):
             new = _entries(group.members)
@@ -238,7 +238,7 @@ async def patch(r: ScimRequest) -> Response:
             before=summary(before),
             after={**summary(after), "members_added": added[:20], "members_removed": removed[:20]},
         )
-    return render.one(await _shown(r, after))
+    return render.one(await shown(r, after))
 
 
 async def delete(r: ScimRequest) -> Response:

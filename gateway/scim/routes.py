@@ -5,7 +5,8 @@
     GET POST                     /Users, /Groups          (list with filter and pages; create)
     POST                         /Users/.search, /Groups/.search
     GET PUT PATCH DELETE         /Users/{id}, /Groups/{id}
-    anything else                SCIM's 404 (the root /.search: 501, as RFC 7644 §3.4.3 allows)
+    POST                         /.search                 (users then groups, no filter)
+    anything else                SCIM's 404
 
 It is one Mount, not documented in the OpenAPI document: SCIM is its own protocol, described by
 its own discovery endpoints (what IdPs and scim2-tester read).
@@ -15,19 +16,22 @@ from __future__ import annotations
 
 from scim2_models import (
     Context,
+    InvalidFilterException,
     ListResponse,
     NotFoundException,
-    NotImplementedException,
     ResourceType,
     Schema,
+    SearchRequest,
 )
 from starlette.responses import Response
 from starlette.routing import Mount, Router
 
-from gateway.scim import groups, users
+from gateway.scim import groups, render, users
 from gateway.scim.errors import ScimError, scim_response
 from gateway.scim.http import BASE_PATH, ScimRequest, not_found, route
-from gateway.scim.models import CONFIG, POLICY, PROVIDER
+from gateway.scim.models import CONFIG, POLICY, PROVIDER, GroupModel, UserModel
+from gateway.scim.query import page_bounds
+from gateway.scim.store import GROUPS, USERS
 
 
 def _located(data: dict[str, object], r: ScimRequest, path: str) -> dict[str, object]:
@@ -84,7 +88,25 @@ async def schema(r: ScimRequest) -> Response:
 
 
 async def search_everything(r: ScimRequest) -> Response:
-    raise ScimError(NotImplementedException(detail="Search /Users/.search or /Groups/.search instead."))
+    """POST /.search (RFC 7644 §3.4.3): users, then groups, a page at a time; a filter is the
+    resource type's (its indexes differ), so it is refused here."""
+    body = r.json()
+    if body.get("filter"):
+        raise ScimError(
+            InvalidFilterException(detail="Filter on /Users/.search or /Groups/.search: not on the root.")
+        )
+    request = SearchRequest[UserModel | GroupModel].model_validate(
+        body, scim_ctx=Context.SEARCH_REQUEST, scim_policy=POLICY
+    )
+    start, count = page_bounds(request)
+    store = r.deps.directory.store
+    people = await store.page(USERS, start, count)
+    teams = await store.page(GROUPS, max(0, start - people.total), count - len(people.items))
+    found = [
+        *await users.with_groups(r, people.items),
+        *[await groups.shown(r, g, request) for g in teams.items],
+    ]
+    return render.listing(UserModel | GroupModel, people.total + teams.total, start, found, request)
 
 
 def scim_mount() -> Mount:

@@ -43,7 +43,7 @@ def summary(user: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _with_groups(r: ScimRequest, users: list[dict[str, Any]]) -> list[Any]:
+async def with_groups(r: ScimRequest, users: list[dict[str, Any]]) -> list[Any]:
     store = r.deps.directory.store
     out = []
     for user in users:
@@ -71,7 +71,7 @@ async def create(r: ScimRequest) -> Response:
     except Taken as exc:
         raise _taken(exc) from None
     await r.journal().write("scim.user.created", team="", before={}, after=summary(stored))
-    (shown,) = await _with_groups(r, [stored])
+    (shown,) = await with_groups(r, [stored])
     return render.one(shown, 201, context=Context.RESOURCE_CREATION_RESPONSE)
 
 
@@ -80,7 +80,7 @@ async def read(r: ScimRequest) -> Response:
     stored = await r.deps.directory.store.get(USERS, r.param("id"))
     if stored is None:
         raise _missing(r.param("id"))
-    (shown,) = await _with_groups(r, [stored])
+    (shown,) = await with_groups(r, [stored])
     return render.one(shown, params=params)
 
 
@@ -90,11 +90,11 @@ async def search(r: ScimRequest, query: Any = None) -> Response:
     store = r.deps.directory.store
     if request.filter is None:
         page = await store.page(USERS, start, count)
-        return render.listing(UserModel, page.total, start, await _with_groups(r, page.items), request)
+        return render.listing(UserModel, page.total, start, await with_groups(r, page.items), request)
     index, value = indexed_lookup(USERS, request.filter)
     user_id = value if index == "id" else await store.find(USERS, index, value)
     candidate = await store.get(USERS, user_id) if user_id else None
-    models = await _with_groups(r, [candidate] if candidate is not None else [])
+    models = await with_groups(r, [candidate] if candidate is not None else [])
     matches = [model for model in models if request.filter.match(model)]
     return render.listing(UserModel, len(matches), start, matches[start : start + count], request)
 
@@ -128,7 +128,7 @@ async def patch(r: ScimRequest) -> Response:
         raise _missing(user_id)
     user = render.shown(UserModel, before, r.base_url, ENDPOINT)
     if not operations.patch(user, scim_policy=POLICY):
-        (shown,) = await _with_groups(r, [before])
+        (shown,) = await with_groups(r, [before])
         return render.one(shown)
     return await _write(
         r, before, render.stamp(user, user_id, "User", render.date_of(before)), "scim.user.patched"
@@ -143,7 +143,7 @@ async def _write(r: ScimRequest, before: dict[str, Any], after: dict[str, Any], 
     except Missing:
         raise _missing(after["id"]) from None
     await r.journal().write(action, team="", before=summary(before), after=summary(after))
-    (shown,) = await _with_groups(r, [after])
+    (shown,) = await with_groups(r, [after])
     return render.one(shown)
 
 
