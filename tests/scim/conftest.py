@@ -32,12 +32,15 @@ class Scim:
     url: str
     token: str = TOKEN
 
-    def send(self, method: str, path: str, body: Any = None, token: str | None = None, raw: bytes | None = None) -> Answer:
+    def send(
+        self, method: str, path: str, body: Any = None, token: str | None = None, raw: bytes | None = None
+    ) -> Answer:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         headers = {"content-type": "application/scim+json", "accept": "application/scim+json"}
-        if (token if token is not None else self.token):
+        if token if token is not None else self.token:
             headers["authorization"] = f"Bearer {token if token is not None else self.token}"
-        request = urllib.request.Request(f"{self.url}/scim/v2{path}", data=data, method=method, headers=headers)  # noqa: S310
+        url = f"{self.url}/scim/v2{path}"
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310
         try:
             with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 -- loopback
                 text = response.read()
@@ -52,7 +55,9 @@ class Scim:
         assert answer.status == status, (method, path, answer.status, answer.body)
         return answer.body
 
-    def error(self, method: str, path: str, body: Any = None, status: int = 400, **kwargs: Any) -> dict[str, Any]:
+    def error(
+        self, method: str, path: str, body: Any = None, status: int = 400, **kwargs: Any
+    ) -> dict[str, Any]:
         answer = self.send(method, path, body, **kwargs)
         assert answer.status == status, (method, path, answer.status, answer.body)
         assert answer.headers["content-type"].startswith("application/scim+json"), answer.headers
