@@ -5,7 +5,10 @@ SCIM (gateway/scim/): whether they are still active, and the groups it lists the
       active  True: provisioned and active; False: deactivated (`active: false`) or deleted (a
               tombstone, for SCIM_TOMBSTONE_TTL_S); None: not in the directory (not provisioned,
               a service, or SCIM off), so the token alone decides
-      groups  the displayName of every SCIM group that lists them (empty unless active)
+      groups  every SCIM group that lists them, by displayName and by externalId when it has one
+              (empty unless active): Okta's groups claim carries names, Entra ID's carries object
+              ids, which Entra's SCIM sends as the group's externalId, so a binding written for
+              either claim matches the directory's groups too
 
 A person is the SCIM user whose externalId is their subject claim (`sub`, or `oid` on Entra ID),
 else whose userName or primary email is their verified email (Principal.email is only ever a
@@ -54,4 +57,5 @@ class Directory:
         if user.get("active") is False:
             return Standing(False)
         groups = await self._store.groups_of(str(user["id"]))
-        return Standing(True, frozenset(str(g["displayName"]) for g in groups if g.get("displayName")))
+        names = {str(g[field]) for g in groups for field in ("displayName", "externalId") if g.get(field)}
+        return Standing(True, frozenset(names))

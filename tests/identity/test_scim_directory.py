@@ -96,9 +96,11 @@ def test_a_scim_group_grants_its_bindings_role_to_a_person_whose_token_has_no_gr
         assert status == 403
         scim = scim_of(a)
         user = new_user(scim, externalId=login)
-        group = new_group(scim, user["id"], name=group_name)
+        # Entra ID sends a group's object id as its externalId: what its groups claim carries.
+        object_id = "5f3ca4e1-" + secrets.token_hex(4)
+        group = new_group(scim, user["id"], name=group_name, externalId=object_id)
         me = ok(b, token, "GET", "/admin/v1/me")
-        assert me["groups"] == [group_name]
+        assert me["groups"] == sorted([group_name, object_id])
         assert [r["role"] for r in me["roles"]] == ["auditor"]
         ok(b, token, "GET", "/admin/v1/audit")
         # Out of the group: out of the role, on the next call.

@@ -96,8 +96,9 @@ def new_user(scim: Scim, **fields: Any) -> dict[str, Any]:
     return user
 
 
-def new_group(scim: Scim, *members: str, name: str | None = None) -> dict[str, Any]:
+def new_group(scim: Scim, *members: str, name: str | None = None, **fields: Any) -> dict[str, Any]:
     body = {
+        **fields,
         "schemas": ["urn:ietf:params:scim:schemas:core:2.0:Group"],
         "displayName": name or f"g-{secrets.token_hex(4)}",
         "members": [{"value": m} for m in members],
