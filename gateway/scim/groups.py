@@ -10,22 +10,31 @@ PatchOp to it. One request changes at most MAX_MEMBERS_PER_REQUEST members.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from typing import Any
 
-from scim2_models import Context, NotFoundException, PatchOp, ResponseParameters, UniquenessException
+from scim2_models import (
+    Context,
+    NotFoundException,
+    PatchOp,
+    ResponseParameters,
+    SCIMException,
+    UniquenessException,
+)
 from starlette.responses import Response
 
 from gateway.scim import render
 from gateway.scim.errors import ScimError, invalid_value
-from gateway.scim.http import ScimRequest
+from gateway.scim.http import ScimRequest, with_status
 from gateway.scim.models import POLICY, GroupModel, group_index_values
 from gateway.scim.query import indexed_lookup, page_bounds, response_parameters, search_request
 from gateway.scim.store import (
     GROUPS,
     MAX_GROUP_MEMBERS,
     MAX_MEMBERS_PER_REQUEST,
+    Changed,
     GroupFull,
     Missing,
     Taken,
@@ -35,6 +44,7 @@ from gateway.scim.store import (
 ENDPOINT = "Groups"
 _MEMBER_PATH = re.compile(r'members\[value eq "([^"\\]+)"\]', re.IGNORECASE)
 Changes = dict[str, dict[str, Any] | None]
+PATCH_ATTEMPTS = 5  # as for users: a PATCH that meets a concurrent write applies itself again
 
 
 def _missing(group_id: str) -> ScimError:
@@ -101,9 +111,18 @@ async def _change(r: ScimRequest, group_id: str, changes: Changes, *, exact: boo
         raise _missing(group_id) from None
 
 
-async def _put(r: ScimRequest, group_id: str, stored: dict[str, Any], *, create: bool) -> None:
+async def _put(
+    r: ScimRequest,
+    group_id: str,
+    stored: dict[str, Any],
+    *,
+    create: bool,
+    read: dict[str, Any] | None = None,
+) -> None:
     try:
-        await r.deps.directory.store.put(GROUPS, group_id, stored, group_index_values(stored), create=create)
+        await r.deps.directory.store.put(
+            GROUPS, group_id, stored, group_index_values(stored), create=create, read=read
+        )
     except Taken:
         # Role bindings name groups by displayName: two groups of one name would be one group.
         raise ScimError(UniquenessException(detail="Another group has this displayName.")) from None
@@ -205,30 +224,49 @@ def _membership_only(body: dict[str, Any]) -> Changes | None:
 
 async def patch(r: ScimRequest) -> Response:
     group_id = r.param("id")
-    store = r.deps.directory.store
     body = r.json()
     operations = PatchOp[GroupModel].model_validate(
         body, scim_ctx=Context.RESOURCE_PATCH_REQUEST, scim_policy=POLICY
     )
-    before = await store.get(GROUPS, group_id)
-    if before is None:
-        raise _missing(group_id)
     changes = _membership_only(body)
-    after = before
-    if changes is None:
-        group = await shown(r, before)
-        old = _entries(group.members)
-        if operations.patch(group, scim_policy=POLICY):
-            new = _entries(group.members)
-            changes = {uid: entry for uid, entry in new.items() if old.get(uid) != entry}
-            changes.update({uid: None for uid in old.keys() - new.keys()})
-            after = render.stamp(group, group_id, "Group", render.date_of(before))
-            if _fields(after) != _fields(before):
-                await _put(r, group_id, after, create=False)
-        else:
-            changes = {}
+    for _ in range(PATCH_ATTEMPTS):
+        before = await r.deps.directory.store.get(GROUPS, group_id)
+        if before is None:
+            raise _missing(group_id)
+        after = before
+        if changes is None:
+            with contextlib.suppress(Changed):
+                after, member_changes = await _patched(r, operations, before)
+                return await _settle(r, before, after, member_changes)
+            continue
+        return await _settle(r, before, after, changes)
+    raise ScimError(with_status(SCIMException(detail="The group kept changing: try again."), 409))
+
+
+async def _patched(
+    r: ScimRequest, operations: PatchOp[Any], before: dict[str, Any]
+) -> tuple[dict[str, Any], Changes]:
+    """Any other PATCH, on the whole group (members included) by scim2-models: the group as
+    written, and its members' changes. Changed: someone wrote the group meanwhile."""
+    group = await shown(r, before)
+    old = _entries(group.members)
+    if not operations.patch(group, scim_policy=POLICY):
+        return before, {}
+    new = _entries(group.members)
+    changes: Changes = {uid: entry for uid, entry in new.items() if old.get(uid) != entry}
+    changes.update({uid: None for uid in old.keys() - new.keys()})
+    after = render.stamp(group, before["id"], "Group", render.date_of(before))
+    if _fields(after) == _fields(before):
+        return before, changes
+    await _put(r, before["id"], after, create=False, read=before)
+    return after, changes
+
+
+async def _settle(
+    r: ScimRequest, before: dict[str, Any], after: dict[str, Any], changes: Changes
+) -> Response:
     if changes:
-        await _change(r, group_id, changes, exact=False)
+        await _change(r, before["id"], changes, exact=False)
     added = sorted(uid for uid, entry in changes.items() if entry is not None)
     removed = sorted(uid for uid, entry in changes.items() if entry is None)
     if changes or after is not before:

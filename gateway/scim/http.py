@@ -84,7 +84,7 @@ async def _authenticate(request: Request, deps: AdminDeps) -> str:
     token = deps.settings.scim_token
     if token is None:
         raise ScimError(
-            _with_status(
+            with_status(
                 SCIMException(detail="SCIM is off: start the gateway with SLUICEGATE_SCIM_TOKEN set."), 403
             )
         )
@@ -95,7 +95,7 @@ async def _authenticate(request: Request, deps: AdminDeps) -> str:
         return peer
     retry_after = deps.throttle.retry_after(peer)
     if retry_after is not None:
-        exc = _with_status(
+        exc = with_status(
             SCIMException(detail=f"Too many wrong SCIM tokens; try again in {retry_after} s."), 429
         )
         raise ScimError(exc, headers={"retry-after": str(retry_after)})
@@ -114,7 +114,7 @@ async def _authenticate(request: Request, deps: AdminDeps) -> str:
     )
 
 
-def _with_status(exc: SCIMException, status: int) -> SCIMException:
+def with_status(exc: SCIMException, status: int) -> SCIMException:
     exc.status = status
     return exc
 
@@ -128,7 +128,7 @@ def endpoint(methods: Mapping[str, Handler]) -> Callable[[Request], Awaitable[Re
             if handler is None:
                 allowed = ", ".join(sorted(methods))
                 raise ScimError(
-                    _with_status(SCIMException(detail=f"Use one of {allowed}."), 405), {"allow": allowed}
+                    with_status(SCIMException(detail=f"Use one of {allowed}."), 405), {"allow": allowed}
                 )
             body = await read_body(request, SCIM_BODY_LIMIT, deps.settings.body_timeout_s)
             # A group's deletion walks its members: more round trips than an admin call's.

@@ -100,6 +100,10 @@ class GroupFull(Exception):
     pass
 
 
+class Changed(Exception):
+    """The resource changed since it was read (a concurrent write): read it again."""
+
+
 class Conflict(Exception):
     """The resource kept changing under a write: 409, the IdP retries."""
 
@@ -186,21 +190,33 @@ class ScimStore:
         values: Sequence[str],
         *,
         create: bool,
+        read: Mapping[str, Any] | None = None,
     ) -> None:
         """Stores `resource` under `resource_id` with its index values (in `kind.indexes`' order,
-        "" for none); raises Taken, or Missing for a replace of an absent id."""
+        "" for none); raises Taken, or Missing for a replace of an absent id. `read`: what the
+        caller read and changed, for a PATCH: Changed when it is no longer what is stored."""
         tombstones = (
             [tombstone_key(a, v) for a, v in zip(kind.indexes, values, strict=True) if v]
             if kind is USERS
             else []
         )
         keys = [kind.resources, kind.ids, kind.index_values, *map(kind.index, kind.indexes), *tombstones]
-        args = [resource_id, "create" if create else "replace", orjson.dumps(resource), len(values), *values]
+        expected = b"" if read is None else orjson.dumps(read)  # the bytes `get` read, as stored
+        args = [
+            resource_id,
+            "create" if create else "replace",
+            orjson.dumps(resource),
+            len(values),
+            *values,
+            expected,
+        ]
         result = [as_text(r) if isinstance(r, bytes) else r for r in await self._write(keys, args)]
         if result[0] == "taken":
             raise Taken(kind.indexes[int(result[1]) - 1])
         if result[0] == "missing":
             raise Missing()
+        if result[0] == "changed":
+            raise Changed()
         if result[0] != "ok":  # "exists": a random 128-bit id met itself
             raise Conflict()
 

@@ -8,20 +8,23 @@ created keep working: keys belong to teams, and the audit log still names who cr
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
-from scim2_models import Context, NotFoundException, PatchOp, UniquenessException
+from scim2_models import Context, NotFoundException, PatchOp, SCIMException, UniquenessException
 from starlette.responses import Response
 
 from gateway.scim import render
 from gateway.scim.errors import ScimError
-from gateway.scim.http import ScimRequest
+from gateway.scim.http import ScimRequest, with_status
 from gateway.scim.models import POLICY, UserModel, user_index_values
 from gateway.scim.query import indexed_lookup, page_bounds, response_parameters, search_request
-from gateway.scim.store import USERS, Missing, Taken
+from gateway.scim.store import USERS, Changed, Missing, Taken
 
 ENDPOINT = "Users"
+# A PATCH that meets a concurrent write to the same user applies itself again to what is there.
+PATCH_ATTEMPTS = 5
 
 
 def _missing(user_id: str) -> ScimError:
@@ -123,21 +126,31 @@ async def patch(r: ScimRequest) -> Response:
     operations = PatchOp[UserModel].model_validate(
         r.json(), scim_ctx=Context.RESOURCE_PATCH_REQUEST, scim_policy=POLICY
     )
-    before = await store.get(USERS, user_id)
-    if before is None:
-        raise _missing(user_id)
-    user = render.shown(UserModel, before, r.base_url, ENDPOINT)
-    if not operations.patch(user, scim_policy=POLICY):
-        (shown,) = await with_groups(r, [before])
-        return render.one(shown)
-    return await _write(
-        r, before, render.stamp(user, user_id, "User", render.date_of(before)), "scim.user.patched"
-    )
+    for _ in range(PATCH_ATTEMPTS):  # read, apply, write only if nobody wrote in between
+        before = await store.get(USERS, user_id)
+        if before is None:
+            raise _missing(user_id)
+        user = render.shown(UserModel, before, r.base_url, ENDPOINT)
+        if not operations.patch(user, scim_policy=POLICY):
+            (shown,) = await with_groups(r, [before])
+            return render.one(shown)
+        after = render.stamp(user, user_id, "User", render.date_of(before))
+        with contextlib.suppress(Changed):
+            return await _write(r, before, after, "scim.user.patched", read=before)
+    raise ScimError(with_status(SCIMException(detail="The user kept changing: try again."), 409))
 
 
-async def _write(r: ScimRequest, before: dict[str, Any], after: dict[str, Any], action: str) -> Response:
+async def _write(
+    r: ScimRequest,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    action: str,
+    read: dict[str, Any] | None = None,
+) -> Response:
     try:
-        await r.deps.directory.store.put(USERS, after["id"], after, user_index_values(after), create=False)
+        await r.deps.directory.store.put(
+            USERS, after["id"], after, user_index_values(after), create=False, read=read
+        )
     except Taken as exc:
         raise _taken(exc) from None
     except Missing:

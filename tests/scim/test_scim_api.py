@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import secrets
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -185,3 +186,17 @@ def test_every_change_is_audited_with_actor_scim(scim_gateway: Gateway, scim: Sc
         assert action in actions, actions
     patched = next(e for e in mine if e["action"] == "scim.user.patched")
     assert patched["changes"]["active"] == [True, False]
+
+
+def test_concurrent_patches_of_one_user_lose_no_update(scim: Scim) -> None:
+    user = new_user(scim)
+
+    def patch(path: str) -> None:
+        for i in range(30):
+            body = {"schemas": [PATCH], "Operations": [{"op": "replace", "path": path, "value": f"v{i}"}]}
+            scim.ok("PATCH", f"/Users/{user['id']}", body)
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(patch, ["title", "nickName"]))
+    final = scim.ok("GET", f"/Users/{user['id']}")
+    assert (final["title"], final["nickName"]) == ("v29", "v29")

@@ -5,9 +5,11 @@
 -- of the resource's index values (what to release on the next write); KEYS[4..3+n]: the n index
 -- HASHes value -> id; KEYS[4+n..]: tombstones to clear (the new values name a live user again).
 -- ARGV[1]: id; ARGV[2]: "create" or "replace"; ARGV[3]: the resource's JSON; ARGV[4]: n;
--- ARGV[5..4+n]: the new index values, in KEYS' order ("" for none).
--- Returns {"ok"}, {"missing"} (replace of an absent id), {"exists"} (create of a present id) or
--- {"taken", i} (index i, 1-based, holds the value for another id).
+-- ARGV[5..4+n]: the new index values, in KEYS' order ("" for none); ARGV[5+n]: the JSON the
+-- caller read and changed (a PATCH), or "" (a PUT replaces whatever is there).
+-- Returns {"ok"}, {"missing"} (replace of an absent id), {"exists"} (create of a present id),
+-- {"changed"} (the resource is no longer what the caller read: it reads again) or {"taken", i}
+-- (index i, 1-based, holds the value for another id).
 local id, mode, n = ARGV[1], ARGV[2], tonumber(ARGV[4])
 local present = redis.call("HEXISTS", KEYS[1], id) == 1
 if mode == "create" and present then
@@ -15,6 +17,10 @@ if mode == "create" and present then
 end
 if mode == "replace" and not present then
   return {"missing"}
+end
+local expected = ARGV[5 + n] or ""
+if expected ~= "" and redis.call("HGET", KEYS[1], id) ~= expected then
+  return {"changed"}
 end
 for i = 1, n do
   local value = ARGV[4 + i]
