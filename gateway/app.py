@@ -33,6 +33,7 @@ from gateway.admin.routes import admin_routes
 from gateway.apis import APIS, ClientApi
 from gateway.config import Settings
 from gateway.console.routes import console_mount
+from gateway.console.session import Sessions
 from gateway.discovery.kubernetes import start_discovery
 from gateway.drain import Drain
 from gateway.edge import openapi, planes, unknown_routes
@@ -59,9 +60,11 @@ from gateway.proxy.gate import Gate
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.request_limits import RequestLimits
 from gateway.proxy.upstream import Upstream, new_session
+from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
 from gateway.redis.client import close_redis, connect_redis, learn_topology
 from gateway.redis.health import watch_redis
+from gateway.redis.shared_secret import SharedSecret
 from gateway.routing.monitor import Monitor
 from gateway.routing.prefix_share import PrefixShare
 from gateway.routing.router import Router
@@ -202,6 +205,17 @@ def create_app(
             router=router,
             audit=audit,
             bindings=BindingStore(redis),
+            sessions=Sessions(
+                redis,
+                SharedSecret(
+                    redis,
+                    redis_keys.CONSOLE_SESSION_SECRET,
+                    settings.session_secret,
+                    timeout_s=settings.redis_timeout_s,
+                ),
+                ttl_s=settings.console_session_ttl_s,
+                trusted=trusted_networks(settings.trusted_proxies),
+            ),
             directory=Directory(
                 None
                 if settings.scim_token is None

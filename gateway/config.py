@@ -56,6 +56,9 @@ class Settings:
     max_messages: int = 20_000  # messages / input items / contents
     max_content_parts: int = 2_000  # in one message
     max_tools: int = 2_000
+    # JSON values (objects, arrays, strings) one body may hold, estimated from its bytes and
+    # refused with a 413 before the parse, which holds the loop (gateway/proxy/translation/bounds.py).
+    max_body_values: int = 200_000
     key_cache_ttl_s: float = 1.0
     redis_timeout_s: float = 2.0
     redis_max_connections: int = 256
@@ -84,6 +87,10 @@ class Settings:
     max_connections: int = 0
     # A worker SSE event larger than this ends the stream with an error event (gateway/proxy/relay.py).
     max_event_bytes: int = 1024 * 1024
+    # The bytes of whole (non-streamed) answers one replica holds at once, all requests together;
+    # an answer that would pass it is cut and answered 503 server_busy (gateway/proxy/answer_bytes.py).
+    # The memory they take is about twice this (an answer's bytes, then its parsed form beside them).
+    max_buffered_answer_bytes: int = 128 * 1024 * 1024
     # After SIGTERM: /readyz fails at once and serving goes on this long (so Kubernetes takes the
     # pod out of its Service first), then open requests get up to drain_timeout_s (gateway/drain.py).
     shutdown_delay_s: float = 5.0
@@ -99,7 +106,16 @@ class Settings:
     # People on the admin plane (gateway/identity/, docs/access.md): the IdP whose access tokens
     # the admin API takes (SLUICEGATE_OIDC_*); None: the admin token alone.
     oidc: OidcSettings | None = None
+    # The console's sign-in through the IdP (gateway/console/sso.py): its confidential client, and
+    # the public address the IdP sends people back to (SLUICEGATE_PUBLIC_URL; else the request's).
     oidc_client_id: str | None = None
+    oidc_client_secret: str | None = None
+    public_url: str | None = None
+    # `sluicegate login`'s public client (GET /admin/v1/oidc tells the CLI).
+    oidc_cli_client_id: str | None = None
+    # SLUICEGATE_SESSION_SECRET: what console session cookies are signed with; None: one minted
+    # once into Redis (gateway/redis/shared_secret.py).
+    session_secret: str | None = None
     # Which namespaces may serve which autodiscovered model; a model with no entry only the
     # gateway's own namespace. Weights above the cap refuse the Service (gateway/discovery/trust.py).
     kubernetes_model_namespaces: ModelNamespaces = ()
@@ -203,6 +219,9 @@ class Settings:
                 "SLUICEGATE_KEEP_ALIVE_TIMEOUT", defaults.keep_alive_timeout_s, float
             ),
             max_event_bytes=number("SLUICEGATE_MAX_EVENT_BYTES", defaults.max_event_bytes, int),
+            max_buffered_answer_bytes=number(
+                "SLUICEGATE_MAX_BUFFERED_ANSWER_BYTES", defaults.max_buffered_answer_bytes, int
+            ),
             max_connections=number("SLUICEGATE_MAX_CONNECTIONS", defaults.max_connections, int, zero=True),
             shutdown_delay_s=number("SLUICEGATE_SHUTDOWN_DELAY", defaults.shutdown_delay_s, float, zero=True),
             drain_timeout_s=number("SLUICEGATE_DRAIN_TIMEOUT", defaults.drain_timeout_s, float, zero=True),
@@ -212,6 +231,7 @@ class Settings:
             max_messages=number("SLUICEGATE_MAX_MESSAGES", defaults.max_messages, int),
             max_content_parts=number("SLUICEGATE_MAX_CONTENT_PARTS", defaults.max_content_parts, int),
             max_tools=number("SLUICEGATE_MAX_TOOLS", defaults.max_tools, int),
+            max_body_values=number("SLUICEGATE_MAX_BODY_VALUES", defaults.max_body_values, int),
             client_write_stall_s=number(
                 "SLUICEGATE_CLIENT_WRITE_STALL", defaults.client_write_stall_s, float
             ),
@@ -229,6 +249,10 @@ class Settings:
             trusted_proxies=_trusted_proxies(env.get("SLUICEGATE_TRUSTED_PROXIES") or ""),
             oidc=_oidc(env),
             oidc_client_id=env.get("SLUICEGATE_OIDC_CLIENT_ID") or None,
+            oidc_client_secret=env.get("SLUICEGATE_OIDC_CLIENT_SECRET") or None,
+            public_url=_public_url(env.get("SLUICEGATE_PUBLIC_URL") or None),
+            oidc_cli_client_id=env.get("SLUICEGATE_OIDC_CLI_CLIENT_ID") or None,
+            session_secret=secret("SLUICEGATE_SESSION_SECRET"),
             kubernetes_model_namespaces=parse_model_namespaces(
                 env.get("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES") or ""
             ),
@@ -301,6 +325,19 @@ def _oidc(env: Mapping[str, str]) -> OidcSettings | None:
         platform_admin_groups=groups,
         jwks_min_refetch_s=_seconds(env, "SLUICEGATE_OIDC_JWKS_MIN_REFETCH", MIN_REFETCH_S),
     )
+
+
+def _public_url(raw: str | None) -> str | None:
+    """Where people reach the admin plane (the IdP sends them back under it): scheme and host."""
+    if raw is None:
+        return None
+    scheme, _, rest = raw.partition("://")
+    if scheme not in ("https", "http") or not rest or any(c in rest for c in "?#@ "):
+        raise ConfigError(
+            "SLUICEGATE_PUBLIC_URL: must be an http(s):// URL such as https://llm-admin.example.com, "
+            f"got {raw!r}"
+        )
+    return raw.rstrip("/")
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

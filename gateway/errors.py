@@ -26,7 +26,8 @@
             idp_unavailable (the identity provider's keys cannot be fetched to check a new token)
         504 upstream_timeout
 
-Every response body is `{"error": {"message", "type", "param", "code"}}`. Messages never contain
+Every response body is `{"error": {"message", "type", "param", "code"}}`; every 401 and 403 carries
+`x-should-retry: false`, whichever API's envelope it is told in. Messages never contain
 a key or any other secret: callers pass only names the client already knows.
 """
 
@@ -126,6 +127,10 @@ class GatewayError(Exception):
         self.message = message
         self.param = param
         self.headers = dict(headers or {})
+        if code.status in (401, 403):
+            # A wrong key or a model the key may not use stays wrong: the Stainless SDKs (Claude
+            # Code's among them) otherwise retry a 401 with backoff for minutes before they say so.
+            self.headers.setdefault("x-should-retry", "false")
 
     @property
     def status(self) -> int:

@@ -34,6 +34,7 @@ from gateway.model_table import (
     Timeouts,
 )
 from gateway.pricing import parse_price
+from gateway.proxy.engine_ids import ENGINE_ID_FIELDS
 
 # RFC 1123 label (namespaces) and DNS-1035 label (Services, port names): what the API server accepts.
 _K8S_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -143,6 +144,8 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         "native_normalise",
         "price",
         "cache_isolation",
+        "engine_fields",
+        "max_logprobs",
         *_OUTPUT_FIELDS,
     }
     _require_mapping(raw, where, allowed=allowed | _TARGET_FIELDS)
@@ -183,6 +186,8 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         default_max_tokens=_token_count(raw.get("default_max_tokens"), f"{where}.default_max_tokens"),
         price=parse_price(raw.get("price"), f"{where}.price"),
         cache_isolation=_cache_isolation(raw.get("cache_isolation", "team"), f"{where}.cache_isolation"),
+        engine_fields=_engine_fields(raw.get("engine_fields", []), f"{where}.engine_fields"),
+        max_logprobs=_max_logprobs(raw.get("max_logprobs", 5), f"{where}.max_logprobs"),
     )
 
 
@@ -205,6 +210,30 @@ def _cache_isolation(value: Any, where: str) -> str:
     if value not in CACHE_ISOLATIONS:
         raise ConfigError(f"{where}: expected one of {', '.join(CACHE_ISOLATIONS)}")
     return str(value)
+
+
+_FIELD_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+# vLLM's own ceiling is its --max-logprobs (20 by default): a setting past this is a typo.
+_MAX_LOGPROBS = 1000
+
+
+def _engine_fields(value: Any, where: str) -> frozenset[str]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of request field names")
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not _FIELD_NAME_RE.fullmatch(name):
+            raise ConfigError(f"{where}[{i}]: expected a request field name (lower-case, digits, _)")
+        if name in ENGINE_ID_FIELDS:  # they name state inside the engine (gateway/proxy/engine_ids.py)
+            raise ConfigError(
+                f"{where}[{i}]: {name} names state inside the engine and never reaches a worker"
+            )
+    return frozenset(value)
+
+
+def _max_logprobs(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_LOGPROBS:
+        raise ConfigError(f"{where}: expected a whole number from 0 to {_MAX_LOGPROBS}")
+    return value
 
 
 def _hosted_tools(value: Any, where: str) -> str:

@@ -142,6 +142,12 @@ class ModelConfig:
     # Who shares the engines' prefix cache (gateway/proxy/cache_salt.py): `team` (the default),
     # `key`, or `shared` (every team: for prompts that are public).
     cache_isolation: str = "team"
+    # An OpenAI body's fields beyond the API's own that reach the workers, by name (`min_p`,
+    # `guided_json`): every other one is dropped or refused (gateway.proxy.translation.engine_fields).
+    engine_fields: frozenset[str] = frozenset()
+    # The most logprobs a request may ask for per token (`top_logprobs`, completions' `logprobs`,
+    # `prompt_logprobs`): each is engine work and answer bytes for every token.
+    max_logprobs: int = 5
 
     @property
     def wire_model(self) -> str:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import hiredis
 import uvicorn
 
 from gateway.config import Settings
@@ -113,3 +114,69 @@ def run_raw_server(handler: RawHandler) -> Iterator[str]:
         thread.join(10)
         loop.close()
         sock.close()
+
+
+class ScriptedRedisServer:
+    """A Redis that misbehaves as the test says, on a real socket (`asyncio.start_server(fake.serve,
+    ...)`): answers every command but EVALSHA with +OK (redis-py's handshake); EVALSHA per `mode`,
+    "ok" with `reply` (RESP bytes, `:1` unless set)."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.reply = b":1\r\n"
+        self.opened = 0
+        self.closed = 0
+        self.evalsha = 0
+        self.blocked = 0
+        self.held: list[asyncio.StreamWriter] = []
+        self.changed = asyncio.Event()  # a connection opened or closed, or an EVALSHA arrived
+        self.idle_writers: list[asyncio.StreamWriter] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.opened += 1
+        self.changed.set()
+        parser = hiredis.Reader()
+        try:
+            while data := await reader.read(65536):
+                parser.feed(data)
+                while (command := parser.gets()) is not False:
+                    self._answer(command, writer)
+        finally:
+            self.closed += 1
+            self.changed.set()
+            writer.close()
+
+    def _answer(self, command: list[bytes], writer: asyncio.StreamWriter) -> None:
+        if command[0].upper() == b"BLPOP":
+            self.blocked += 1  # held, as Redis holds a BLPOP on an empty list
+            self.changed.set()
+            return
+        if command[0].upper() != b"EVALSHA":
+            writer.write(b"+OK\r\n")
+            return
+        self.evalsha += 1
+        self.changed.set()
+        if self.mode == "ok":
+            writer.write(self.reply)
+            self.idle_writers.append(writer)
+        elif self.mode == "push first":
+            writer.write(b">2\r\n$11\r\nMAINTENANCE\r\n$1\r\nx\r\n:1\r\n")
+        elif self.mode == "false":
+            writer.write(b"#f\r\n")
+        elif self.mode == "twice":
+            writer.write(b":1\r\n:2\r\n")
+        elif self.mode == "garbage":
+            writer.write(b"?not resp\r\n")
+        else:  # "silent": no answer, until answer_held()
+            self.held.append(writer)
+
+    def answer_held(self) -> None:
+        for writer in self.held:
+            writer.write(b":1\r\n")
+        self.held.clear()
+
+    async def until(self, done: Callable[[], bool]) -> None:
+        """Waits for a condition on the counters, woken by each change."""
+        while not done():
+            self.changed.clear()
+            await self.changed.wait()

@@ -33,7 +33,7 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.identity.bindings import BindingStore, grants
 from gateway.identity.directory import Directory
 from gateway.identity.oidc import OidcSettings
-from gateway.identity.principal import BREAK_GLASS, Principal
+from gateway.identity.principal import BREAK_GLASS, Kind, Principal
 from gateway.identity.roles import ACTIONS, Action, Grant, Permissions, Role
 from gateway.identity.tokens import TokenRejected, TokenVerifier, looks_like_jwt
 from gateway.keys.auth import bearer_token
@@ -42,6 +42,7 @@ from gateway.observability.logs import loggable
 
 log = logging.getLogger("sluicegate.admin")
 _SCOPE_KEY = "sluicegate.admin_caller"
+_BREAK_GLASS_PERMISSIONS = Permissions([Grant(Role.PLATFORM_ADMIN, None, "admin-token")])
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,7 @@ class AdminAccess:
         self._admin_digest = _digest(admin_token) if admin_token else None
         self._oidc = oidc
         self._verifier = verifier
+        self.verifier = verifier  # the console's sign-in checks ID tokens with it (console/sso.py)
         self._bindings = bindings
         self._directory = directory or Directory(None)
         self._keystore = keystore
@@ -100,7 +102,7 @@ class AdminAccess:
         given = bearer_token(request.headers) or ""
         peer = self.throttle.address(request.scope)
         if self._admin_digest is not None and hmac.compare_digest(_digest(given), self._admin_digest):
-            return Caller(BREAK_GLASS, Permissions([Grant(Role.PLATFORM_ADMIN, None, "admin-token")]), peer)
+            return Caller(BREAK_GLASS, _BREAK_GLASS_PERMISSIONS, peer)
         if self._verifier is not None and looks_like_jwt(given):
             try:
                 principal = await self._verifier.verify(given)
@@ -129,6 +131,27 @@ class AdminAccess:
         if not standing.groups:
             return principal
         return dataclasses.replace(principal, groups=principal.groups | standing.groups)
+
+    @property
+    def token_fingerprint(self) -> str:
+        """What a break-glass console session is bound to: a new admin token ends those sessions."""
+        return self._admin_digest.hex()[:16] if self._admin_digest is not None else ""
+
+    async def caller_for(self, principal: Principal, peer: str, *, bound_to: str = "") -> Caller | None:
+        """The caller a console session holds, as of now: None when it may no longer act (the
+        admin token it signed in with changed, OIDC is off, the person was deactivated or deleted
+        in the SCIM directory, which is read on every request as for the admin API)."""
+        if principal.kind is Kind.TOKEN:
+            if not self.token_fingerprint or not hmac.compare_digest(bound_to, self.token_fingerprint):
+                return None
+            return Caller(BREAK_GLASS, _BREAK_GLASS_PERMISSIONS, peer)
+        if self._verifier is None or principal.kind is not Kind.PERSON:
+            return None
+        try:
+            principal = await self.in_directory(principal)
+        except GatewayError:
+            return None
+        return Caller(principal, await self.permissions(principal), peer)
 
     async def permissions(self, principal: Principal) -> Permissions:
         assert self._oidc is not None  # only IdP principals have bindings

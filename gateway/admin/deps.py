@@ -10,6 +10,7 @@ from gateway.admin.access import AdminAccess
 from gateway.admin.audit import AuditLog
 from gateway.admin.throttle import AdminThrottle
 from gateway.config import Settings
+from gateway.console.session import Sessions
 from gateway.http.networks import trusted_networks
 from gateway.identity.bindings import BindingStore
 from gateway.identity.directory import Directory
@@ -32,6 +33,7 @@ class AdminDeps:
     router: Router  # models, pools and endpoints
     audit: AuditLog  # every change written down, as a step of the change (gateway/keys/steps.py)
     bindings: BindingStore  # who holds which role (gateway/identity/bindings.py)
+    sessions: Sessions  # the console's sign-ins (gateway/console/session.py)
     # The SCIM directory: who is still active, and their groups (gateway/identity/directory.py).
     directory: Directory
     # Failed admin-token attempts per client address: one per app, so built here from the settings.

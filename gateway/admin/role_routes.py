@@ -7,6 +7,8 @@
     DELETE /admin/v1/role-bindings/{id}
     GET    /admin/v1/me                   the caller and their effective roles: any signed-in
                                           caller, roles or not
+    GET    /admin/v1/oidc                 public: the issuer and the CLI's client id, for
+                                          `sluicegate login`
 
 Binding and unbinding are a platform admin's; reading the bindings, a platform admin's or an
 auditor's. Both changes are audited like any other.
@@ -22,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.admin.access import Caller
+from gateway.admin.audit import RequestJournal
 from gateway.admin.deps import AdminDeps
 from gateway.admin.guard import journal, json_body, json_response, route
 from gateway.admin.validation import team_name
@@ -69,8 +72,11 @@ def _role(value: Any) -> Role:
         raise _invalid(f"'role' must be one of {_ROLES}.", "role") from None
 
 
-async def create_binding(request: Request, deps: AdminDeps) -> Response:
-    body = await json_body(request)
+async def new_binding(
+    body: dict[str, Any], deps: AdminDeps, journal: RequestJournal, actor: dict[str, Any]
+) -> tuple[RoleBinding, bool]:
+    """A binding from a request's fields, checked and stored (and audited); and whether it was
+    there already. Shared by the admin API and the console's Roles page."""
     kind, subject = _subject(body)
     role = _role(body.get("role"))
     team = body.get("team")
@@ -85,8 +91,7 @@ async def create_binding(request: Request, deps: AdminDeps) -> Response:
         team_id = info.id
     elif team is not None:
         raise _invalid(f"The {role.value} role is not given on a team: leave 'team' out.", "team")
-    caller = Caller.of(request.scope)
-    binding = RoleBinding.new(kind, subject, role, team, team_id, caller.principal.actor())
+    binding = RoleBinding.new(kind, subject, role, team, team_id, actor)
     try:
         existing = await deps.bindings.add(binding)
     except TooManyBindings:
@@ -94,9 +99,17 @@ async def create_binding(request: Request, deps: AdminDeps) -> Response:
             f"There are {MAX_BINDINGS} role bindings already: remove some first.", "role"
         ) from None
     if existing is not None:
-        return json_response(existing.public(active=True))
-    await journal(request, deps).write("role.bound", team=team or "", before={}, after=_audited(binding))
-    return json_response(binding.public(active=True), 201)
+        return existing, True
+    await journal.write("role.bound", team=team or "", before={}, after=binding.audited())
+    return binding, False
+
+
+async def create_binding(request: Request, deps: AdminDeps) -> Response:
+    caller = Caller.of(request.scope)
+    binding, existed = await new_binding(
+        await json_body(request), deps, journal(request, deps), caller.principal.actor()
+    )
+    return json_response(binding.public(active=True), 200 if existed else 201)
 
 
 async def list_bindings(request: Request, deps: AdminDeps) -> Response:
@@ -125,13 +138,9 @@ async def delete_binding(request: Request, deps: AdminDeps) -> Response:
     if removed is None:
         raise GatewayError(ErrorCode.NOT_FOUND, f"No role binding has the id '{binding_id}'.")
     await journal(request, deps).write(
-        "role.unbound", team=removed.team or "", before=_audited(removed), after={}
+        "role.unbound", team=removed.team or "", before=removed.audited(), after={}
     )
     return json_response({**removed.public(active=False), "deleted": True})
-
-
-def _audited(binding: RoleBinding) -> dict[str, Any]:
-    return {"binding": binding.id, binding.subject_kind.value: binding.subject, "role": binding.role.value}
 
 
 async def me(request: Request, deps: AdminDeps) -> Response:
@@ -151,8 +160,24 @@ async def me(request: Request, deps: AdminDeps) -> Response:
     )
 
 
+async def oidc_info(request: Request) -> Response:
+    """Public: which IdP and public client `sluicegate login` uses, so a person needs only the
+    gateway's URL. Nothing here is a secret (the IdP publishes its issuer; the CLI's client is
+    public by design)."""
+    settings = AdminDeps.of(request.scope).settings
+    oidc = settings.oidc
+    return json_response(
+        {
+            "issuer": oidc.issuer if oidc else None,
+            "cli_client_id": settings.oidc_cli_client_id if oidc else None,
+            "audience": oidc.audience if oidc else None,
+        }
+    )
+
+
 def role_routes() -> list[Route]:
     return [
+        Route("/admin/v1/oidc", oidc_info, methods=["GET"]),
         route(
             "/admin/v1/role-bindings",
             {"POST": (create_binding, Action.ADMINISTER), "GET": (list_bindings, Action.READ_PLATFORM)},

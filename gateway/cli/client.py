@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -34,14 +35,25 @@ class AdminClient:
 
     @classmethod
     def from_env(cls) -> AdminClient:
+        """As SLUICEGATE_ADMIN_TOKEN when it is set (break-glass), else as the person of
+        `sluicegate login`; stderr says which."""
+        # Imported here: login_store imports this module's errors.
+        from gateway.cli.login_store import access_token
+
+        url = os.environ.get("SLUICEGATE_URL") or default_url()
         token = os.environ.get("SLUICEGATE_ADMIN_TOKEN")
-        if not token:
+        if token:
+            print("# as the admin token (SLUICEGATE_ADMIN_TOKEN)", file=sys.stderr)
+            return cls(url, token)
+        login = access_token()
+        if login is None:
             # Said before any request: a 401 would not tell which of the two is wrong.
             raise CliUsageError(
-                "no admin token: set SLUICEGATE_ADMIN_TOKEN to the token the gateway was started "
-                "with (and SLUICEGATE_URL to its address, default " + default_url() + ")"
+                "not signed in: run `sluicegate login` (or set SLUICEGATE_ADMIN_TOKEN to the token the "
+                "gateway was started with), and SLUICEGATE_URL to its address, default " + default_url()
             )
-        return cls(os.environ.get("SLUICEGATE_URL") or default_url(), token)
+        print(f"# as {login[1]} (sluicegate login)", file=sys.stderr)
+        return cls(url, login[0])
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None, **query: Any) -> Any:
         params = {k: v for k, v in query.items() if v is not None}

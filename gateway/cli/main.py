@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway import __version__
-from gateway.cli import admin_cmds, identity_cmds, report_cmds, serving
+from gateway.cli import admin_cmds, identity_cmds, pools_cmds, report_cmds, serving
+from gateway.cli import login as login_cmds
 from gateway.cli.client import CliError, CliUsageError
 from gateway.cli.flags import add_limit_flags, day, duration
 from gateway.errors import ConfigError
@@ -17,8 +18,9 @@ from gateway.metering.usage_report import GROUP_BYS
 
 DESCRIPTION = """serve, demo, check-config, and admin commands over the admin API.
 
-Admin commands talk HTTP to a running gateway (SLUICEGATE_URL, SLUICEGATE_ADMIN_TOKEN), so they
-work the same against a laptop demo and a cluster."""
+Admin commands talk HTTP to a running gateway (SLUICEGATE_URL), as you after `sluicegate login`,
+or as SLUICEGATE_ADMIN_TOKEN when it is set, so they work the same against a laptop demo and a
+cluster."""
 
 
 def _version() -> str:
@@ -174,9 +176,33 @@ def _reports(sub: Any) -> None:
     audit.add_argument("--limit", type=int, help="at most this many entries, 1 to 1000 (default 100)")
     audit.add_argument("--before", help="an entry id: list what is older (the next page)")
     audit.add_argument("--json", action="store_true", help="print the entries as a JSON list")
+    pools = _command(
+        sub,
+        "pools",
+        pools_cmds.cmd_pools,
+        "each model's pools and endpoints as one replica sees them: state, in-flight, load, queue, "
+        "why an endpoint is out and until when",
+        "sluicegate pools --model llama-3-8b",
+    )
+    pools.add_argument("--model", help="only this model (its name in the model table)")
+    pools.add_argument("--json", action="store_true", help="print {replica, data} as JSON")
 
 
 def _identity(sub: Any) -> None:
+    login = _command(
+        sub,
+        "login",
+        login_cmds.cmd_login,
+        "sign in as yourself through the company's identity provider (device code, or a browser)",
+        "SLUICEGATE_URL=https://llm-admin.example.com sluicegate login",
+    )
+    login.add_argument("--issuer", help="the IdP's issuer (default: what the gateway names)")
+    login.add_argument("--client-id", help="the CLI's public client (default: what the gateway names)")
+    login.add_argument("--scope", help="extra scopes, e.g. the admin API's on Entra ID (api://.../admin)")
+    login.add_argument(
+        "--browser", action="store_true", help="sign in in a browser on this machine instead of with a code"
+    )
+    _command(sub, "logout", login_cmds.cmd_logout, "forget the stored login", "sluicegate logout")
     whoami = _command(
         sub,
         "whoami",

@@ -5,14 +5,14 @@ gateway/limits/spec.py judge them with one set of rules."""
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Collection, Iterable
-from typing import Any
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.body import read_body
-from gateway.limits.spec import LimitSet
+from gateway.limits.spec import LimitSet, parse_limits
 
 MAX_FORM_BYTES = 16 * 1024
 # A limits form has four fields per model (model_limit_rows): room for a few hundred models.
@@ -25,6 +25,31 @@ KEY_FIELDS = ("rpm", "tpm", "max_concurrency", "daily_tokens", "monthly_tokens",
 # `model_limits.<model>.<field>`: a model's name may hold dots, never after its last one.
 MODEL_FIELDS = ("rpm", "tpm", "max_concurrency")
 _MODEL_PREFIX = "model_limits."
+T = TypeVar("T")
+
+
+class FormErrors:
+    """Every invalid field of one sending, so the page says all that is wrong at once (the admin
+    API's rules judge each field; a form stopped at the first would be sent once per mistake)."""
+
+    def __init__(self) -> None:
+        self._found: list[GatewayError] = []
+
+    def check(self, judge: Callable[[], T]) -> T | None:
+        """`judge()`'s value, or None when it refuses the input (noted; other errors propagate)."""
+        try:
+            return judge()
+        except GatewayError as exc:
+            if exc.code is not ErrorCode.INVALID_REQUEST:
+                raise
+            self._found.append(exc)
+            return None
+
+    def raise_any(self) -> None:
+        """One 400 naming every problem found, one per line (the page shows them as a list)."""
+        if self._found:
+            message = "\n".join(dict.fromkeys(e.message for e in self._found))
+            raise GatewayError(ErrorCode.INVALID_REQUEST, message, param=self._found[0].param)
 
 
 class Form:
@@ -63,9 +88,13 @@ async def read_form(request: Request, timeout_s: float) -> Form:
     return Form(pairs)
 
 
+def _number_text(form: Form, name: str) -> str:
+    return form.get(name).strip().replace("_", "").replace(",", "")
+
+
 def whole_number(form: Form, name: str) -> int | None:
     """A number field: blank is None; anything else must be digits (the range is spec.py's)."""
-    raw = form.get(name).strip().replace("_", "").replace(",", "")
+    raw = _number_text(form, name)
     if not raw:
         return None
     if not raw.isdigit() or len(raw) > 20:
@@ -73,18 +102,34 @@ def whole_number(form: Form, name: str) -> int | None:
     return int(raw)
 
 
-def limit_body(form: Form, fields: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
-    """The admin API's limit fields from a form, and the blank ones (to clear on an edit)."""
+def _field(form: Form, errors: FormErrors, name: str, *, budgets: bool, where: str = "") -> int | None:
+    """The number field `where + name`, judged as a number and then by the limit rules
+    (gateway/limits/spec.py); None when refused (noted in `errors`)."""
+    value = errors.check(lambda: whole_number(form, where + name))
+    if (
+        value is None
+        or errors.check(lambda: parse_limits({name: value}, budgets=budgets, where=where)) is None
+    ):
+        return None
+    return value
+
+
+def limit_body(
+    form: Form, fields: tuple[str, ...], errors: FormErrors, *, budgets: bool
+) -> tuple[dict[str, Any], list[str]]:
+    """The admin API's limit fields from a form, and the blank ones (to clear on an edit).
+    `budgets`: a team's form (gateway/limits/spec.py's parse_limits)."""
     body: dict[str, Any] = {}
     blank: list[str] = []
     for name in fields:
-        value = whole_number(form, name)
-        if value is None:
+        if not _number_text(form, name):
             blank.append(name)
-        else:
+            continue
+        value = _field(form, errors, name, budgets=budgets)
+        if value is not None:
             body[name] = value
     counts = form.get("tpm_counts")
-    if counts:
+    if counts and errors.check(lambda: parse_limits({"tpm_counts": counts}, budgets=budgets)) is not None:
         body["tpm_counts"] = counts
     return body, blank
 
@@ -110,7 +155,9 @@ def model_limit_rows(
     return rows
 
 
-def model_limit_body(form: Form, known: Collection[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def model_limit_body(
+    form: Form, known: Collection[str], errors: FormErrors
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """The admin API's `model_limits` from a form's per-model rows, and the `model_limits.<model>`
     names of the rows left blank (to clear on an edit). A model must be one of `known`: served, or
     holding limits already."""
@@ -123,14 +170,14 @@ def model_limit_body(form: Form, known: Collection[str]) -> tuple[dict[str, dict
     ]
     for model in dict.fromkeys(models):
         if model not in known:
-            raise GatewayError(
-                ErrorCode.INVALID_REQUEST,
-                "'model_limits' names a model this gateway does not serve.",
-                param="model_limits",
-            )
+            errors.check(_unknown_model)
+            continue
         own: dict[str, Any] = {}
+        where = f"{_MODEL_PREFIX}{model}."
         for name in MODEL_FIELDS:
-            value = whole_number(form, f"{_MODEL_PREFIX}{model}.{name}")
+            if not _number_text(form, where + name):
+                continue
+            value = _field(form, errors, name, budgets=False, where=where)
             if value is not None:
                 own[name] = value
         if not own:
@@ -141,3 +188,11 @@ def model_limit_body(form: Form, known: Collection[str]) -> tuple[dict[str, dict
             own["tpm_counts"] = counts
         body[model] = own
     return body, blank
+
+
+def _unknown_model() -> None:
+    raise GatewayError(
+        ErrorCode.INVALID_REQUEST,
+        "'model_limits' names a model this gateway does not serve.",
+        param="model_limits",
+    )

@@ -19,12 +19,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.admin import validation
-from gateway.console.forms import KEY_FIELDS, Form, model_limit_rows, whole_number
+from gateway.admin.bounds import within_team
+from gateway.console import snippets
+from gateway.console.forms import KEY_FIELDS, Form, FormErrors, model_limit_rows, whole_number
 from gateway.console.teams import limits_body, notice, served_models
 from gateway.console.web import Console, Page, redirect
 from gateway.errors import ErrorCode, GatewayError
-from gateway.keys.record import KeyRecord
-from gateway.limits.spec import parse_limits
+from gateway.identity.roles import Action
+from gateway.keys.record import KeyNotFoundError, KeyRecord
+from gateway.limits.spec import LimitSet, parse_limits
 from gateway.redis import keys as redis_keys
 from gateway.routing.share import PRIORITY_DEFAULT
 
@@ -48,6 +51,24 @@ async def _team_priority(page: Page, team: str) -> int:
     limits = await page.deps.keystore.team_limits(team)
     own = limits.priority if limits is not None else None
     return own or PRIORITY_DEFAULT
+
+
+async def _key(page: Page, request: Request, action: Action) -> KeyRecord:
+    """The key a page is about, once the caller may do `action` on it: a key of a team they may
+    not read is a 404, as on the admin API."""
+    record = await page.deps.keystore.key(request.path_params["key_id"])
+    if not page.caller.permissions.allows(Action.READ_KEYS, record.team):
+        raise KeyNotFoundError(record.id)
+    page.require(action, record.team)
+    return record
+
+
+async def _within_team(page: Page, limits: LimitSet, team: str) -> None:
+    """A team admin's key stays within its team's limits (gateway/admin/bounds.py)."""
+    if page.caller.permissions.platform_admin:
+        return
+    team_limits = await page.deps.keystore.team_limits(team)
+    within_team(limits, team_limits or LimitSet(), team)
 
 
 def _models(form: Form, page: Page) -> list[str] | None:
@@ -79,7 +100,10 @@ class Keys:
 
     async def _flash(self, page: Page, record: KeyRecord, secret: str) -> str:
         flash_id = secrets.token_urlsafe(18)
-        value = orjson.dumps({"session": page.session.id, "key_id": record.id, "secret": secret})
+        models = None if record.models is None else sorted(record.models)
+        value = orjson.dumps(
+            {"session": page.session.id, "key_id": record.id, "secret": secret, "models": models}
+        )
         await page.redis.set(_flash_key(page, flash_id), value, ex=FLASH_TTL_S)
         return flash_id
 
@@ -116,23 +140,36 @@ class Keys:
 
     async def index(self, request: Request, page: Page) -> Response:
         team = validation.team_name(request.path_params["team"])
+        page.require(Action.READ_KEYS, team)
         context = await self._context(request, page, team)
         if request.method == "GET":  # a HEAD shows nothing: it must not use the secret's one showing up
-            context["flash"] = await self._take_flash(page, request.query_params.get("flash", ""))
+            flash = await self._take_flash(page, request.query_params.get("flash", ""))
+            if flash is not None:
+                base, router = self._console.client_base(request), page.deps.router
+                flash["agents"] = snippets.for_key(router, base, flash["secret"], flash.get("models"))
+            context["flash"] = flash
         context["notice"] = notice(request, _NOTICES)
         return self._console.render(request, "keys.html", context, session=page.session)
 
     async def create(self, request: Request, page: Page) -> Response:
         team = validation.team_name(request.path_params["team"])
+        page.require(Action.MANAGE_KEYS, team)
         form = page.form
         try:
-            body, _ = limits_body(form, KEY_FIELDS, page, None)
+            errors = FormErrors()
+            name = errors.check(lambda: _key_name(form))
+            models = errors.check(lambda: _models(form, page))
+            expires_at = errors.check(lambda: _expiry(form))
+            body, _ = limits_body(form, KEY_FIELDS, page, None, errors)
+            errors.raise_any()
+            limits = parse_limits(body, budgets=False)
+            await _within_team(page, limits, team)
             record, secret = await page.deps.keystore.create_key(
                 team,
-                name=_key_name(form),
-                models=_models(form, page),
-                limits=parse_limits(body, budgets=False),
-                expires_at=_expiry(form),
+                name=name or "",
+                models=models,
+                limits=limits,
+                expires_at=expires_at,
                 journal=(journal := page.journal(request)),
                 created_by=journal.actor,
             )
@@ -173,23 +210,28 @@ class Keys:
         }
 
     async def show(self, request: Request, page: Page) -> Response:
-        record = await page.deps.keystore.key(request.path_params["key_id"])
+        record = await _key(page, request, Action.READ_KEYS)
         context = await self._edit_context(page, record)
         context["notice"] = notice(request, _NOTICES)
         return self._console.render(request, "key.html", context, session=page.session)
 
     async def update(self, request: Request, page: Page) -> Response:
-        record = await page.deps.keystore.key(request.path_params["key_id"])
+        record = await _key(page, request, Action.MANAGE_KEYS)
         form = page.form
         try:
-            body, blank = limits_body(form, KEY_FIELDS, page, record.limits)
+            errors = FormErrors()
+            models = errors.check(lambda: _models(form, page))
+            expires_at = errors.check(lambda: _expiry(form))
+            body, blank = limits_body(form, KEY_FIELDS, page, record.limits, errors)
+            errors.raise_any()
             changes, cleared = validation.limit_changes({**body, "clear": blank}, budgets=False)
+            await _within_team(page, changes, record.team)
             updated = await page.deps.keystore.update_key(
                 record.id,
                 changes,
                 cleared,
-                models=_models(form, page),
-                expires_at=_expiry(form),
+                models=models,
+                expires_at=expires_at,
                 journal=page.journal(request),
             )
         except GatewayError as exc:
@@ -199,7 +241,7 @@ class Keys:
         return redirect(f"/keys/{updated.id}?done=updated")
 
     async def rotate(self, request: Request, page: Page) -> Response:
-        record = await page.deps.keystore.key(request.path_params["key_id"])
+        record = await _key(page, request, Action.MANAGE_KEYS)
         grace = whole_number(page.form, "grace_seconds") or 0
         if grace > _MAX_GRACE_S:
             raise GatewayError(
@@ -214,5 +256,6 @@ class Keys:
         return redirect(f"/teams/{record.team}/keys?flash={flash_id}")
 
     async def revoke(self, request: Request, page: Page) -> Response:
+        await _key(page, request, Action.MANAGE_KEYS)
         record = await page.deps.keys.revoke(request.path_params["key_id"], journal=page.journal(request))
         return redirect(f"/teams/{record.team}/keys?status=all&done=revoked")

@@ -9,6 +9,7 @@ from starlette.responses import Response
 from gateway.admin import audit, validation
 from gateway.admin.models import snapshot
 from gateway.console.web import Console, Page
+from gateway.identity.roles import Action
 
 AUDIT_PAGE = 50
 # How often the Models page asks for a fresh fragment (htmx `every`), in seconds.
@@ -30,8 +31,12 @@ class Live:
     async def audit(self, request: Request, page: Page) -> Response:
         query = request.query_params
         team = query.get("team", "").strip()
+        teams = visible = page.caller.teams(Action.READ_AUDIT)
+        if team:
+            page.require(Action.READ_AUDIT, validation.team_name(team))
+            teams = frozenset({team})
         entries, more = await page.deps.audit.entries(
-            teams=frozenset({validation.team_name(team)}) if team else None,
+            teams=teams,
             since_ms=None,
             before=audit.parse_before(query.get("before")),
             limit=AUDIT_PAGE,
@@ -40,6 +45,6 @@ class Live:
             "entries": entries,
             "more": more,
             "team": team,
-            "teams": await page.deps.keystore.list_teams(),
+            "teams": [t for t in await page.deps.keystore.list_teams() if visible is None or t in visible],
         }
         return self._console.render(request, "audit.html", context, session=page.session)

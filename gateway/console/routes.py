@@ -1,5 +1,6 @@
 """The web admin console under /admin/ui/: built once per app from the settings (create_app mounts
-it). Pages: Teams, a team's Keys, Usage, Models, Audit; sign in and out.
+it). Pages: Teams, a team's Keys, Usage, Models, Audit, Roles; sign in (the IdP, or the admin
+token) and out.
 
 Every handler but the sign-in form goes through Console.page (gateway/console/web.py): signed in,
 and on POST a CSRF token, or it does nothing. Every response carries the console's CSP and
@@ -18,42 +19,69 @@ from starlette.staticfiles import StaticFiles
 from gateway.config import Settings
 from gateway.console.keys import Keys
 from gateway.console.live import Live
+from gateway.console.roles import Roles
 from gateway.console.signin import SignIn
+from gateway.console.signin_audit import SignInAudit
+from gateway.console.sso import SingleSignOn
 from gateway.console.teams import Teams
 from gateway.console.usage import Usage
 from gateway.console.web import BASE, HERE, Console, NotFoundPages, Page, SecurityHeaders, redirect
+from gateway.identity.roles import Action
 
 
 def console_mount(settings: Settings) -> Mount:
     console = Console(settings)
-    signin, teams, keys, usage, live = (
-        SignIn(console),
+    audit = SignInAudit()
+    signin, sso = SignIn(console, audit), SingleSignOn(console, audit)
+    teams, keys, usage, live, roles = (
         Teams(console),
         Keys(console),
         Usage(console),
         Live(console),
+        Roles(console),
     )
 
     async def home(request: Request, page: Page) -> Response:
-        return redirect("/teams")
+        if page.caller.permissions.empty:
+            return console.render(request, "no_role.html", session=page.session, status=403)
+        return redirect("/teams" if page.caller.permissions.could(Action.READ_TEAM) else "/usage")
 
     page = console.page
+    # Each page with what it needs; a page about one team checks that team too (Page.require).
     routes: list[BaseRoute] = [
-        _route("/", GET=page(home)),
+        _route("/", GET=page(home, None)),
         _route("/login", GET=signin.form, POST=signin.submit),
-        _route("/logout", POST=page(signin.sign_out)),
-        _route("/teams", GET=page(teams.index), POST=page(teams.create)),
-        _route("/teams/{team}", GET=page(teams.show), POST=page(teams.update)),
-        _route("/teams/{team}/delete", POST=page(teams.delete)),
-        _route("/teams/{team}/keys", GET=page(keys.index), POST=page(keys.create)),
-        _route("/keys/{key_id}", GET=page(keys.show), POST=page(keys.update)),
-        _route("/keys/{key_id}/rotate", POST=page(keys.rotate)),
-        _route("/keys/{key_id}/revoke", POST=page(keys.revoke)),
-        _route("/usage", GET=page(usage.index)),
-        _route("/usage.csv", GET=page(usage.csv)),
-        _route("/models", GET=page(live.models)),
-        _route("/models/fragment", GET=page(live.models_fragment)),
-        _route("/audit", GET=page(live.audit)),
+        _route("/oidc/login", GET=sso.start),
+        _route("/oidc/callback", GET=sso.callback),
+        _route("/logout", POST=page(signin.sign_out, None)),
+        _route("/teams", GET=page(teams.index, Action.READ_TEAM), POST=page(teams.create, Action.ADMINISTER)),
+        _route(
+            "/teams/{team}",
+            GET=page(teams.show, Action.READ_TEAM),
+            POST=page(teams.update, Action.ADMINISTER),
+        ),
+        _route("/teams/{team}/delete", POST=page(teams.delete, Action.ADMINISTER)),
+        _route(
+            "/teams/{team}/keys",
+            GET=page(keys.index, Action.READ_KEYS),
+            POST=page(keys.create, Action.MANAGE_KEYS),
+        ),
+        _route(
+            "/keys/{key_id}",
+            GET=page(keys.show, Action.READ_KEYS),
+            POST=page(keys.update, Action.MANAGE_KEYS),
+        ),
+        _route("/keys/{key_id}/rotate", POST=page(keys.rotate, Action.MANAGE_KEYS)),
+        _route("/keys/{key_id}/revoke", POST=page(keys.revoke, Action.MANAGE_KEYS)),
+        _route("/usage", GET=page(usage.index, Action.READ_USAGE)),
+        _route("/usage.csv", GET=page(usage.csv, Action.READ_USAGE)),
+        _route("/models", GET=page(live.models, Action.READ_PLATFORM)),
+        _route("/models/fragment", GET=page(live.models_fragment, Action.READ_PLATFORM)),
+        _route("/audit", GET=page(live.audit, Action.READ_AUDIT)),
+        _route(
+            "/roles", GET=page(roles.index, Action.READ_PLATFORM), POST=page(roles.bind, Action.ADMINISTER)
+        ),
+        _route("/roles/{binding_id}/delete", POST=page(roles.unbind, Action.ADMINISTER)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="console-static"),
     ]
     # No slash redirects: their Location would come from the client's Host header (app.py).

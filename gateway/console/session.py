@@ -1,13 +1,16 @@
-"""Console sign-in sessions: a cookie the gateway signs, and the CSRF token derived from it.
+"""Console sign-in sessions, kept server-side in Redis.
 
-    cookie  sg_console = v1.<session id>.<expires, Unix s>.<HMAC-SHA256 of the rest, base64url>
+    cookie  sg_console = v2.<session id>.<HMAC-SHA256 of "v2.<id>", base64url>
+    Redis   sg:console:session:<id> = {"principal": who signed in, "expires_at"}, with that TTL
     csrf    HMAC-SHA256("csrf|" + session id), base64url: a hidden field in every form (and the
             X-CSRF-Token header htmx sends); a POST without the right one changes nothing.
 
-The signing key is derived from the admin token, not stored anywhere: every replica derives the
-same key, so a session signed by one is honoured by all, and changing the token ends every
-session. Sessions hold no server state; signing out records the session id in Redis until the
-cookie would have expired, so a copied cookie stops working too.
+The id is random; the cookie's signature lets a replica refuse a forged cookie without asking
+Redis. The signing key derives from SLUICEGATE_SESSION_SECRET, or a secret minted once into Redis
+(gateway/redis/shared_secret.py), so a setup with OIDC and no admin token works. A session ends at
+sign-out (its record is deleted: every replica refuses the cookie at the next request), at its
+expiry, and when its person is deactivated. What a person may do is never stored here: their
+roles are read from the bindings on every request (gateway/admin/access.py).
 """
 
 from __future__ import annotations
@@ -20,18 +23,23 @@ import secrets
 import time
 from dataclasses import dataclass
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.http.networks import Networks
+from gateway.identity.principal import Principal
+from gateway.redis import keys as redis_keys
+from gateway.redis.client import RedisClient
+from gateway.redis.shared_secret import SharedSecret
 
 COOKIE = "sg_console"
 COOKIE_PATH = "/admin/ui"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
-_VERSION = "v1"
-# A label per use of the admin token, so a console signature can never pass for anything else.
-_KEY_LABEL = b"sluicegate console session key v1"
+_VERSION = "v2"
+# A label per use of the secret, so a console signature can never pass for anything else.
+_KEY_LABEL = b"sluicegate console session key v2"
 
 
 def _b64(data: bytes) -> str:
@@ -43,49 +51,70 @@ class Session:
     id: str
     expires_at: float
     csrf: str
+    principal: Principal
+    # What the sign-in was bound to: the admin token's fingerprint for a break-glass session
+    # (gateway/admin/access.py: a new token ends those sessions); empty for a person's.
+    bound_to: str = ""
 
 
 class Sessions:
-    def __init__(self, admin_token: str, *, ttl_s: float, trusted: Networks = ()) -> None:
-        self._key = hmac.new(
-            admin_token.encode("utf-8", "surrogatepass"), _KEY_LABEL, hashlib.sha256
-        ).digest()
+    def __init__(
+        self, redis: RedisClient, secret: SharedSecret, *, ttl_s: float, trusted: Networks = ()
+    ) -> None:
+        self._redis = redis
+        self._secret = secret
         self._ttl_s = ttl_s
         self._trusted = trusted
+        self._key: bytes | None = None
 
-    def _sign(self, text: str) -> str:
+    async def _sign(self, text: str) -> str:
+        if self._key is None:
+            self._key = hmac.new(await self._secret.get(), _KEY_LABEL, hashlib.sha256).digest()
         return _b64(hmac.new(self._key, text.encode(), hashlib.sha256).digest())
 
-    def _session(self, session_id: str, expires_at: float) -> Session:
-        return Session(session_id, expires_at, self._sign(f"csrf|{session_id}"))
-
-    def new(self) -> tuple[Session, str]:
-        """A new session and its cookie value."""
+    async def new(self, principal: Principal, *, bound_to: str = "") -> tuple[Session, str]:
+        """A new session for `principal`, stored; and its cookie value."""
         session_id = secrets.token_urlsafe(18)
         expires_at = float(int(time.time() + self._ttl_s))
-        payload = f"{_VERSION}.{session_id}.{int(expires_at)}"
-        return self._session(session_id, expires_at), f"{payload}.{self._sign(payload)}"
+        record = orjson.dumps(
+            {"principal": principal.record(), "expires_at": expires_at, "bound_to": bound_to}
+        )
+        await self._redis.set(redis_keys.console_session(session_id), record, ex=max(int(self._ttl_s) + 1, 1))
+        payload = f"{_VERSION}.{session_id}"
+        csrf = await self._sign(f"csrf|{session_id}")
+        session = Session(session_id, expires_at, csrf, principal, bound_to)
+        return session, f"{payload}.{await self._sign(payload)}"
 
-    def read(self, request: Request) -> Session | None:
-        """The request's session: None when there is no cookie, or it is forged or expired."""
+    async def read(self, request: Request) -> Session | None:
+        """The request's session: None when there is no cookie, or it is forged, expired or ended."""
         raw = request.cookies.get(COOKIE)
-        # ASCII only: hmac.compare_digest refuses other str (a TypeError, a 500), and str.isdigit
-        # takes digits float() does not.
+        # ASCII only: hmac.compare_digest refuses other str (a TypeError, a 500).
         if not raw or len(raw) > 200 or not raw.isascii():
             return None
         parts = raw.split(".")
-        if len(parts) != 4 or parts[0] != _VERSION or not parts[2].isdigit():
+        if len(parts) != 3 or parts[0] != _VERSION:
             return None
-        payload = ".".join(parts[:3])
-        if not hmac.compare_digest(self._sign(payload), parts[3]):
+        if not hmac.compare_digest(await self._sign(f"{parts[0]}.{parts[1]}"), parts[2]):
             return None
-        expires_at = float(parts[2])
-        if expires_at <= time.time():
+        stored = await self._redis.get(redis_keys.console_session(parts[1]))
+        if stored is None:
             return None
-        return self._session(parts[1], expires_at)
+        record = orjson.loads(stored)
+        if record["expires_at"] <= time.time():
+            return None
+        principal = Principal.from_record(record["principal"])
+        csrf = await self._sign(f"csrf|{parts[1]}")
+        return Session(parts[1], record["expires_at"], csrf, principal, record.get("bound_to", ""))
+
+    async def end(self, session: Session) -> None:
+        await self._redis.delete(redis_keys.console_session(session.id))
 
     def csrf_ok(self, session: Session, given: str | None) -> bool:
-        return given is not None and hmac.compare_digest(session.csrf.encode(), given.encode())
+        return (
+            given is not None
+            and given.isascii()
+            and hmac.compare_digest(session.csrf.encode(), given.encode())
+        )
 
     def set_cookie(self, response: Response, request: Request, value: str) -> None:
         response.set_cookie(

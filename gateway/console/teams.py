@@ -14,9 +14,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.admin import validation
-from gateway.console.forms import TEAM_FIELDS, Form, limit_body, model_limit_body, model_limit_rows
+from gateway.console.forms import (
+    TEAM_FIELDS,
+    Form,
+    FormErrors,
+    limit_body,
+    model_limit_body,
+    model_limit_rows,
+)
 from gateway.console.web import Console, Page, redirect
 from gateway.errors import GatewayError
+from gateway.identity.roles import Action
 from gateway.limits.spec import LimitSet, parse_limits
 from gateway.metering import usage_report
 
@@ -38,14 +46,14 @@ def served_models(page: Page) -> list[str]:
 
 
 def limits_body(
-    form: Form, fields: tuple[str, ...], page: Page, current: LimitSet | None
+    form: Form, fields: tuple[str, ...], page: Page, current: LimitSet | None, errors: FormErrors
 ) -> tuple[dict[str, Any], list[str]]:
     """A team's or key's form as the admin API's body (per-model limits included), and the names
     left blank: to clear on an edit. A model with limits already may keep them though no longer
-    served; a new one must be served."""
-    body, blank = limit_body(form, fields)
+    served; a new one must be served. Problems go to `errors`, every one of them."""
+    body, blank = limit_body(form, fields, errors, budgets=fields == TEAM_FIELDS)
     known = {*served_models(page), *(current.per_model if current is not None else ())}
-    per_model, blank_models = model_limit_body(form, known)
+    per_model, blank_models = model_limit_body(form, known, errors)
     if per_model:
         body["model_limits"] = per_model
     return body, [*blank, *blank_models]
@@ -57,7 +65,8 @@ class Teams:
 
     async def _list_context(self, page: Page) -> dict[str, Any]:
         store = page.deps.keystore
-        names = await store.list_teams()
+        visible = page.caller.teams(Action.READ_TEAM)
+        names = [n for n in await store.list_teams() if visible is None or n in visible]
         month_start = dt.datetime.now(dt.UTC).date().replace(day=1)
         rows = await page.deps.meter.report(names, month_start, None)
         tokens = {row["team"]: row["total_tokens"] for row in usage_report.group(rows, "team")}
@@ -82,8 +91,11 @@ class Teams:
     async def create(self, request: Request, page: Page) -> Response:
         form = page.form
         try:
-            name = validation.team_name(form.get("name").strip(), "name")
-            body, _ = limits_body(form, TEAM_FIELDS, page, None)
+            errors = FormErrors()
+            name = errors.check(lambda: validation.team_name(form.get("name").strip(), "name"))
+            body, _ = limits_body(form, TEAM_FIELDS, page, None, errors)
+            errors.raise_any()
+            assert name is not None  # checked
             limits = parse_limits(body, budgets=True)
             await page.deps.keystore.create_team(name, limits, journal=page.journal(request))
         except GatewayError as exc:
@@ -118,6 +130,7 @@ class Teams:
 
     async def show(self, request: Request, page: Page) -> Response:
         name = validation.team_name(request.path_params["team"])
+        page.require(Action.READ_TEAM, name)
         context = await self._team_context(page, name)
         context["notice"] = notice(request, _NOTICES)
         return self._console.render(request, "team.html", context, session=page.session)
@@ -127,7 +140,9 @@ class Teams:
         form = page.form
         try:
             current = await page.deps.keystore.team_limits(name)
-            body, blank = limits_body(form, TEAM_FIELDS, page, current)
+            errors = FormErrors()
+            body, blank = limits_body(form, TEAM_FIELDS, page, current, errors)
+            errors.raise_any()
             changes, cleared = validation.limit_changes({**body, "clear": blank}, budgets=True)
             await page.deps.keys.update_team(name, changes, cleared, journal=page.journal(request))
         except GatewayError as exc:

@@ -25,6 +25,7 @@ from starlette.responses import Response
 from gateway.admin import validation
 from gateway.console.web import Console, Page
 from gateway.errors import ErrorCode, GatewayError
+from gateway.identity.roles import Action
 from gateway.metering import usage_report
 from gateway.pricing import add, amount, parse_amount
 
@@ -100,7 +101,12 @@ async def _labels(page: Page, query: Query, teams: list[str]) -> dict[object, st
 
 
 async def table(page: Page, query: Query) -> Table:
-    teams = [query.team] if query.team else await page.deps.keystore.list_teams()
+    if query.team:
+        page.require(Action.READ_USAGE, query.team)
+        teams = [query.team]
+    else:
+        visible = page.caller.teams(Action.READ_USAGE)
+        teams = [t for t in await page.deps.keystore.list_teams() if visible is None or t in visible]
     prices = usage_report.model_prices(route.model for route in page.deps.router.models())
     rows = usage_report.priced(await page.deps.meter.report(teams, query.since, query.until), prices)
     days = [
@@ -122,6 +128,11 @@ async def table(page: Page, query: Query) -> Table:
             )
     currency = next(iter(prices.values())).currency if prices else None
     return Table(out, usage_report.totals(rows), days, currency)
+
+
+def _visible(page: Page, teams: list[str], action: Action) -> list[str]:
+    allowed = page.caller.teams(action)
+    return [t for t in teams if allowed is None or t in allowed]
 
 
 def _amount(value: object) -> Decimal:
@@ -183,7 +194,7 @@ class Usage:
             "counters": COUNTERS,
             "bys": _BYS,
             "chart": orjson.dumps(chart(query, found.rows, found.days)).decode(),
-            "teams": await page.deps.keystore.list_teams(),
+            "teams": _visible(page, await page.deps.keystore.list_teams(), Action.READ_USAGE),
             "error": error,
         }
         return self._console.render(request, "usage.html", context, session=page.session, status=status)

@@ -24,15 +24,15 @@ from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.admin.access import Caller, require_some_role
 from gateway.admin.audit import RequestJournal
 from gateway.admin.deps import AdminDeps
 from gateway.config import Settings
 from gateway.console.forms import Form, read_form
-from gateway.console.session import CSRF_FIELD, CSRF_HEADER, Session, Sessions
+from gateway.console.session import CSRF_FIELD, CSRF_HEADER, Session
 from gateway.errors import ErrorCode, GatewayError
-from gateway.http.networks import trusted_networks
-from gateway.identity.principal import BREAK_GLASS, describe
-from gateway.redis import keys as redis_keys
+from gateway.identity.principal import describe
+from gateway.identity.roles import Action
 from gateway.redis.client import RedisClient
 from gateway.state import app_state
 
@@ -132,17 +132,21 @@ _FOREIGN_FORM = "This form did not come from the console: open the page again an
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """One console request, signed in: the admin API's dependencies, the session, the form."""
+    """One console request, signed in: the admin API's dependencies, the session, who is calling
+    and what they may do (read from the role bindings on every request), the form."""
 
     deps: AdminDeps
     redis: RedisClient
     session: Session
     form: Form
+    caller: Caller
 
     def journal(self, request: Request) -> RequestJournal:
-        # The same journal and address as the admin API's writes (gateway/admin/guard.py); the
-        # console signs in with the break-glass admin token, so that is who acts.
-        return self.deps.audit.by(BREAK_GLASS.actor(), self.deps.throttle.address(request.scope))
+        # The same journal as the admin API's writes (gateway/admin/guard.py): who, from where.
+        return self.deps.audit.by(self.caller.principal.actor(), self.caller.peer)
+
+    def require(self, action: Action, team: str | None = None) -> None:
+        self.caller.require(action, team)
 
 
 Handler = Callable[[Request, Page], Awaitable[Response]]
@@ -189,16 +193,9 @@ class Console:
         env.globals["base"] = BASE
         env.globals["client_base"] = self.client_base
         self.templates = Jinja2Templates(env=env)
-        token = settings.admin_token
-        self.sessions = (
-            Sessions(
-                token,
-                ttl_s=settings.console_session_ttl_s,
-                trusted=trusted_networks(settings.trusted_proxies),
-            )
-            if token
-            else None
-        )
+        # Signing in takes the admin token, or the IdP when the console's client is configured.
+        self.sso = bool(settings.oidc and settings.oidc_client_id and settings.oidc_client_secret)
+        self.enabled = bool(settings.admin_token) or self.sso
 
     def client_base(self, request: Request) -> str:
         """Where this browser reaches the client APIs, for the new-key snippets: the console's own
@@ -218,7 +215,24 @@ class Console:
         session: Session | None = None,
         status: int = 200,
     ) -> Response:
-        values = {"csrf": session.csrf if session else "", "signed_in": session is not None, "error": None}
+        values: dict[str, Any] = {
+            "csrf": session.csrf if session else "",
+            "signed_in": session is not None,
+            "error": None,
+            "me": None,
+            "can": _nothing,
+            "sso": self.sso,
+            "token_sign_in": bool(self.settings.admin_token),
+        }
+        caller = request.scope.get(_CALLER)
+        if session is not None and isinstance(caller, Caller):
+            values["me"] = {
+                "who": describe(caller.principal.actor()),
+                "roles": [
+                    g.role.value + (f" of {g.team}" if g.team else "") for g in caller.permissions.grants
+                ],
+            }
+            values["can"] = _can(caller)
         values.update(context or {})
         return self.templates.TemplateResponse(request, template, values, status_code=status)
 
@@ -232,15 +246,14 @@ class Console:
 
     async def current(self, request: Request) -> Session | None:
         """The request's session, unless forged, expired or signed out."""
-        session = self.sessions.read(request) if self.sessions is not None else None
-        redis = app_state(request.scope)["redis"]
-        if session is not None and await redis.exists(redis_keys.console_signed_out(session.id)):
-            return None
-        return session
+        return await AdminDeps.of(request.scope).sessions.read(request)
 
-    def page(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    def page(self, handler: Handler, action: Action | None) -> Callable[[Request], Awaitable[Response]]:
+        """`action`: what the page needs (None: any signed-in person); a page about one team
+        checks that team itself (Page.require), as the admin API's handlers do."""
+
         async def endpoint(request: Request) -> Response:
-            if self.sessions is None:
+            if not self.enabled:
                 return self.render(request, "disabled.html", status=403)
             session: Session | None = None
             deps = AdminDeps.of(request.scope)
@@ -249,8 +262,15 @@ class Console:
             try:
                 async with asyncio.timeout(redis_bound):
                     session = await self.current(request)
-                if session is None:
+                    if session is None:
+                        return _to_login(request)
+                    peer = deps.throttle.address(request.scope)
+                    caller = await deps.access.caller_for(session.principal, peer, bound_to=session.bound_to)
+                if caller is None:  # deactivated, or no longer who they were
+                    await deps.sessions.end(session)
                     return _to_login(request)
+                request.scope[_CALLER] = caller
+                require_some_role(caller, action)
                 form = Form([])
                 if request.method == "POST":
                     if cross_site(request):
@@ -262,7 +282,7 @@ class Console:
                     # not "Redis is unavailable").
                     form = await read_form(request, self.settings.body_timeout_s)
                     given = form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)
-                    if not self.sessions.csrf_ok(session, given):
+                    if not deps.sessions.csrf_ok(session, given):
                         log.warning("console POST refused: missing or wrong CSRF token")
                         return self.render(
                             request,
@@ -275,7 +295,7 @@ class Console:
                             status=403,
                         )
                 async with asyncio.timeout(redis_bound):
-                    return await handler(request, Page(deps, redis, session, form))
+                    return await handler(request, Page(deps, redis, session, form, caller))
             except GatewayError as exc:
                 return self.error(request, exc, session)
             except (RedisError, TimeoutError):
@@ -286,6 +306,28 @@ class Console:
                 )
 
         return endpoint
+
+
+_CALLER = "sluicegate.console_caller"
+
+
+_ANY_TEAM = object()
+
+
+def _nothing(action: str, team: object = _ANY_TEAM) -> bool:
+    return False
+
+
+def _can(caller: Caller) -> Callable[..., bool]:
+    """For templates: `can("MANAGE_KEYS", team)` shows a form only to whom the server would let
+    use it (the server refuses the others all the same); without a team, on any team."""
+
+    def can(action: str, team: object = _ANY_TEAM) -> bool:
+        if team is _ANY_TEAM:
+            return caller.permissions.could(Action[action])
+        return caller.permissions.allows(Action[action], team if isinstance(team, str) else None)
+
+    return can
 
 
 def _to_login(request: Request) -> Response:

@@ -16,11 +16,13 @@ import os
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 
 import uvicorn
 
+from gateway.agent_snippets import AgentSnippets
 from gateway.config import Settings
 from gateway.dev import demo_state
 from gateway.dev.embedded_redis import EmbeddedRedis, RedisNotInstalledError
@@ -30,6 +32,7 @@ from gateway.keys.store import KeyNotFoundError, KeyStore, TeamExistsError
 from gateway.limits.spec import LimitSet
 from gateway.model_table import NATIVE, ModelConfig, ModelTable, Protocols
 from gateway.redis.url import validate_redis_url
+from workers.fake.app import MAX_MODEL_LEN
 
 DEMO_MODEL = "demo-model"
 # The same worker, with the Messages and Responses APIs passed through natively (no translation):
@@ -132,6 +135,13 @@ def _banner(
     kept = f"embedded, kept in {state}" if state else "embedded, in memory only"
     where = f"({kept})" if embedded else "(SLUICEGATE_REDIS_URL)"
     cli = _cli()
+    # The demo key may use every model; the demo's first is the one its snippets name.
+    agents = AgentSnippets(base, key, DEMO_MODEL, str(MAX_MODEL_LEN), any_model=True)
+    tool = (
+        "To see a tool round trip, put sluicegate-read:<path> in the prompt: the demo worker calls "
+        "the agent's file-reading tool on <path> (x-fake-* headers are for curl: agents cannot send them)."
+    )
+    notes = "".join(f"Note: {line}\n" for line in [*agents.notes(), tool])
     return f"""
 Sluicegate demo is running (Ctrl-C stops the gateway, the worker{" and Redis" if embedded else ""}).
 
@@ -160,33 +170,18 @@ for chunk in stream:
 
 Coding agents (docs/agents.md has every agent's settings). Claude Code:
 
-  ANTHROPIC_BASE_URL={base} ANTHROPIC_AUTH_TOKEN={key} \\
-    ANTHROPIC_MODEL={DEMO_MODEL} ANTHROPIC_DEFAULT_HAIKU_MODEL={DEMO_MODEL} claude
+{textwrap.indent(agents.claude_code(), "  ")}
 
-Codex CLI: save this as ~/.codex/sluicegate.config.toml, then run
-  SLUICEGATE_API_KEY={key} codex -p sluicegate
+Codex CLI: save this as {agents.codex_file()}, then run
+  {agents.codex_command()}
 
-{codex_profile(base, DEMO_MODEL)}
+{agents.codex_profile()}
+{notes}
 Admin commands (in another shell):
 
   export SLUICEGATE_URL={base} SLUICEGATE_ADMIN_TOKEN={admin}
   {cli} keys create --team {DEMO_TEAM} --rpm 60
   {cli} usage --team {DEMO_TEAM}
-"""
-
-
-def codex_profile(base: str, model: str) -> str:
-    """A Codex CLI profile (`codex -p sluicegate`) that reaches the gateway: Codex speaks only the
-    Responses API, and without a context window it warns that it knows nothing of the model."""
-    return f"""model = "{model}"
-model_provider = "sluicegate"
-model_context_window = 32768
-
-[model_providers.sluicegate]
-name = "Sluicegate"
-base_url = "{base}/v1"
-env_key = "SLUICEGATE_API_KEY"
-wire_api = "responses"
 """
 
 
@@ -247,12 +242,23 @@ def run_demo(*, host: str, port: int, state: str | None = None) -> int:
         )
         table = ModelTable(
             (
-                ModelConfig(name=DEMO_MODEL, aliases=("default",), endpoints=(worker_url,)),
+                # The demo worker's window, declared: the banner names it before the gateway has
+                # read the worker's /v1/models.
+                # tokenize: the demo worker serves vLLM's /tokenize, so count_tokens is the
+                # worker's exact count on the translated model too, not the gateway's estimate.
+                ModelConfig(
+                    name=DEMO_MODEL,
+                    aliases=("default",),
+                    endpoints=(worker_url,),
+                    context_window=MAX_MODEL_LEN,
+                    tokenize=True,
+                ),
                 ModelConfig(
                     name=DEMO_NATIVE_MODEL,
                     endpoints=(worker_url,),
                     protocols=Protocols(messages=NATIVE, responses=NATIVE),
                     tokenize=True,
+                    context_window=MAX_MODEL_LEN,
                 ),
             )
         )

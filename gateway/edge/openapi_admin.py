@@ -185,10 +185,24 @@ def admin_paths() -> Schema:
                 ok_response({"type": "object"}),
             )
         },
+        "/admin/v1/oidc": {
+            "get": {
+                "summary": "Public: the IdP's issuer, the admin API's audience and the CLI's public client "
+                "id, for `sluicegate login` (nulls without OIDC)",
+                "tags": ["admin"],
+                "security": [],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    }
+                },
+            }
+        },
         "/admin/v1/models": {
             "get": admin_operation(
                 "Models, pools and endpoints as this replica sees them",
-                ok_response(s.listing({"type": "object"})),
+                ok_response(s.pools_listing()),
             )
         },
     }

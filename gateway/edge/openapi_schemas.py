@@ -174,7 +174,7 @@ def actor() -> Schema:
         "(the break-glass admin token), scim (the identity provider's provisioning) or system; null "
         "before actors were recorded.",
         "properties": {
-            "kind": {"enum": ["person", "service", "token", "scim", "system"]},
+            "kind": {"enum": ["person", "service", "token", "scim", "system", "anonymous"]},
             "sub": nullable({"type": "string"}),
             "email": nullable({"type": "string"}),
             "name": nullable({"type": "string"}),
@@ -224,6 +224,18 @@ def listing(item: Schema) -> Schema:
         "required": ["object", "data"],
         "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": item}},
     }
+
+
+def pools_listing() -> Schema:
+    """gateway.admin.models: the pool state of the replica that answered, which it names."""
+    schema = listing({"type": "object"})
+    schema["required"] = [*schema["required"], "replica"]
+    schema["properties"]["replica"] = {
+        "type": "string",
+        "description": "The answering replica's host name (its pod's name in Kubernetes): in-flight "
+        "counts, health and queues are per replica.",
+    }
+    return schema
 
 
 def audit_listing() -> Schema:

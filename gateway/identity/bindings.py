@@ -78,6 +78,10 @@ class RoleBinding:
             "created_by": dict(self.created_by),
         }
 
+    def audited(self) -> dict[str, Any]:
+        """What the audit log records of the binding."""
+        return {"binding": self.id, self.subject_kind.value: self.subject, "role": self.role.value}
+
     def to_json(self) -> bytes:
         return orjson.dumps(
             {

@@ -79,6 +79,39 @@ async def fetch_json(url: str) -> Any:
         return orjson.loads(body)
 
 
+class Discovery:
+    """The issuer's discovery document, fetched on first use and kept: its endpoints (authorize,
+    token, device authorization, JWKS) do not move while the gateway runs. A failed fetch is tried
+    again on the next use."""
+
+    def __init__(self, issuer: str, *, fetch: Fetch = fetch_json) -> None:
+        self.issuer = issuer
+        self._fetch = fetch
+        self._document: dict[str, Any] | None = None
+        self._lock = asyncio.Lock()
+
+    async def document(self) -> dict[str, Any]:
+        if self._document is not None:
+            return self._document
+        async with self._lock:
+            if self._document is None:
+                url = self.issuer.rstrip("/") + "/.well-known/openid-configuration"
+                document = await self._fetch(url)
+                if not isinstance(document, dict) or document.get("issuer") != self.issuer:
+                    raise ValueError("the discovery document names another issuer")
+                self._document = document
+        return self._document
+
+    async def endpoint(self, name: str) -> str | None:
+        """One of the document's endpoints, only on the issuer's own scheme (an https issuer's
+        endpoints are https); None when the document has none."""
+        uri = (await self.document()).get(name)
+        scheme = self.issuer.split(":", 1)[0]
+        if not isinstance(uri, str) or not uri.startswith(f"{scheme}://"):
+            return None
+        return uri
+
+
 class JwksCache:
     def __init__(
         self,
@@ -89,7 +122,7 @@ class JwksCache:
         min_refetch_s: float = MIN_REFETCH_S,
         max_age_s: float = KEYS_MAX_AGE_S,
     ) -> None:
-        self._issuer = issuer
+        self.discovery = Discovery(issuer, fetch=fetch)
         self._fetch = fetch
         self._clock = clock
         self._min_refetch_s = min_refetch_s
@@ -129,7 +162,9 @@ class JwksCache:
         self.fetches += 1
         try:
             if self._jwks_uri is None:
-                self._jwks_uri = await self._discover()
+                self._jwks_uri = await self.discovery.endpoint("jwks_uri")
+                if self._jwks_uri is None:
+                    raise ValueError("the discovery document has no usable jwks_uri")
             document = await self._fetch(self._jwks_uri)
             keys = _signing_keys(document)
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError, JoseError) as exc:
@@ -140,16 +175,6 @@ class JwksCache:
         self._last_try_failed = False
         self._keys, self._kids = keys
         self._fetched_at = self._clock()
-
-    async def _discover(self) -> str:
-        document = await self._fetch(self._issuer.rstrip("/") + "/.well-known/openid-configuration")
-        if not isinstance(document, dict) or document.get("issuer") != self._issuer:
-            raise ValueError("the discovery document names another issuer")
-        uri = document.get("jwks_uri")
-        scheme = self._issuer.split(":", 1)[0]
-        if not isinstance(uri, str) or not uri.startswith(f"{scheme}://"):
-            raise ValueError("the discovery document has no usable jwks_uri")
-        return uri
 
 
 def _signing_keys(document: Any) -> tuple[KeySet, frozenset[str]]:

@@ -21,6 +21,7 @@ class Kind(enum.StrEnum):
     SERVICE = "service"
     TOKEN = "token"  # noqa: S105 -- a kind of caller, not a secret
     SYSTEM = "system"
+    ANONYMOUS = "anonymous"
     SCIM = "scim"
 
 
@@ -49,9 +50,34 @@ class Principal:
             return {"kind": "service", "client_id": self.client_id, "issuer": self.issuer}
         return {"kind": self.kind.value}
 
+    def record(self) -> dict[str, Any]:
+        """Everything the principal holds, for a console session kept in Redis."""
+        return {
+            "kind": self.kind.value,
+            "subject": self.subject,
+            "issuer": self.issuer,
+            "email": self.email,
+            "name": self.name,
+            "client_id": self.client_id,
+            "groups": sorted(self.groups),
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Principal:
+        return cls(
+            Kind(record["kind"]),
+            subject=record.get("subject"),
+            issuer=record.get("issuer"),
+            email=record.get("email"),
+            name=record.get("name"),
+            client_id=record.get("client_id"),
+            groups=frozenset(record.get("groups") or ()),
+        )
+
 
 BREAK_GLASS = Principal(Kind.TOKEN)
 SYSTEM = Principal(Kind.SYSTEM)
+ANONYMOUS = Principal(Kind.ANONYMOUS)
 SCIM = Principal(Kind.SCIM)
 
 

@@ -25,7 +25,7 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.identity.oidc import JwksCache, OidcSettings
+from gateway.identity.oidc import Discovery, JwksCache, OidcSettings
 from gateway.identity.principal import Kind, Principal
 
 ALGORITHMS = ("RS256", "PS256", "ES256")
@@ -34,6 +34,7 @@ MAX_TOKEN_CHARS = 16 * 1024
 MAX_GROUPS = 1000
 _MAX_CLAIM_CHARS = 512
 _TYPES = ("at+jwt", "application/at+jwt")
+_ID_TOKEN_TYPES = ("jwt", "")  # an ID token: typ JWT, or none at all
 
 
 class TokenRejected(GatewayError):
@@ -73,12 +74,46 @@ class TokenVerifier:
             exp={"essential": True},
         )
 
+    @property
+    def discovery(self) -> Discovery:
+        return self._jwks.discovery
+
+    @property
+    def settings(self) -> OidcSettings:
+        return self._settings
+
     async def verify(self, token: str) -> Principal:
+        """An access token for the admin API (RFC 9068)."""
+        claims = await self._claims(token, _TYPES, self._registry)
+        self._check_parties(claims)
+        return self._principal(claims)
+
+    async def verify_id_token(self, token: str, *, client_id: str, nonce: str) -> Principal:
+        """The ID token of a console sign-in (OIDC Core §3.1.3.7): signed by the issuer, `typ`
+        JWT or none, its audience the console's client (and `azp` that client when it names
+        several), and the `nonce` the sign-in sent, which binds it to this sign-in."""
+        registry = jwt.JWTClaimsRegistry(
+            now=lambda: int(self._clock()),
+            leeway=LEEWAY_S,
+            iss={"essential": True, "value": self._settings.issuer},
+            aud={"essential": True, "value": client_id},
+            exp={"essential": True},
+            nonce={"essential": True, "value": nonce},
+        )
+        claims = await self._claims(token, _ID_TOKEN_TYPES, registry)
+        aud = claims.get("aud")
+        if isinstance(aud, list) and len(aud) > 1 and claims.get("azp") != client_id:
+            raise TokenRejected("several audiences and azp is not the console")
+        return self._principal(claims)
+
+    async def _claims(
+        self, token: str, types: tuple[str, ...], registry: jwt.JWTClaimsRegistry
+    ) -> dict[str, Any]:
         header = _segment(token.split(".", 1)[0]) if looks_like_jwt(token) else None
         if not isinstance(header, dict):
             raise TokenRejected("not a JWT")
-        if str(header.get("typ", "")).lower() not in _TYPES:
-            raise TokenRejected("typ is not at+jwt")
+        if str(header.get("typ", "")).lower() not in types:
+            raise TokenRejected("wrong typ")
         if header.get("alg") not in ALGORITHMS:
             raise TokenRejected("algorithm not allowed")
         kid = header.get("kid")
@@ -86,13 +121,12 @@ class TokenVerifier:
         try:
             decoded = jwt.decode(token, keys, algorithms=list(ALGORITHMS))
             claims = decoded.claims
-            self._registry.validate(claims)
+            registry.validate(claims)
         except JoseError as exc:
             raise TokenRejected(type(exc).__name__) from None
         except (ValueError, TypeError):  # a malformed payload the library did not wrap
             raise TokenRejected("malformed") from None
-        self._check_parties(claims)
-        return self._principal(claims)
+        return claims
 
     def _check_parties(self, claims: dict[str, Any]) -> None:
         aud = claims.get("aud")

@@ -128,12 +128,14 @@ class Authenticator:
             pending = self._loading[entry] = asyncio.ensure_future(self._load(entry, load))
             pending.add_done_callback(self._loaded)
         answered = False
+        started = time.monotonic()
         try:
             async with asyncio.timeout(self._timeout_s):
                 value = await asyncio.shield(pending)
             answered = True
+            self._breaker.answered()
         except (RedisError, TimeoutError) as exc:
-            self._breaker.trip("key lookup", exc)
+            self._breaker.failed("key lookup", exc, started)
             if cached is not None and cached[0] is not None:
                 # What this replica saw moments ago keeps working through a Redis blip.
                 return cached[0]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -328,6 +329,7 @@ class RateLimiter:
         if self._breaker.open:
             # A call moments ago failed: do not wait out another timeout.
             return self._unavailable(reservation)
+        started = time.monotonic()
         try:
             async with asyncio.timeout(self._timeout_s):
                 # A comprehension, not a generator unpacked: one call, not one resumption a limit.
@@ -335,7 +337,7 @@ class RateLimiter:
                 keys.append(redis_keys.admission_marker(team, request_id))
                 reply = await self._script(keys=keys, args=args)
         except (RedisError, TimeoutError) as exc:
-            self._breaker.trip("admission", exc)
+            self._breaker.failed("admission", exc, started)
             self._void(team, limits, request_id, prompt)
             return self._unavailable(reservation)
         except asyncio.CancelledError:
@@ -343,6 +345,8 @@ class RateLimiter:
             # what it may have charged is given back the same way.
             self._void(team, limits, request_id, prompt)
             raise
+        if self._breaker.in_a_row:  # a call per request saved: it is 0 nearly always
+            self._breaker.answered()
         states = tuple(
             [
                 LimitState(limit, int(reply[4 + i * 3]), float(reply[5 + i * 3]), float(reply[6 + i * 3]))

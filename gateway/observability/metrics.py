@@ -189,6 +189,12 @@ class Metrics:
             "Usage writes to Redis that failed (the records stay queued and are retried).",
             registry=r,
         )
+        self.buffered_answer_bytes = Gauge(
+            "sluicegate_buffered_answer_bytes",
+            "Bytes of whole (non-streamed) answers this replica holds now, all requests together "
+            "(bounded by SLUICEGATE_MAX_BUFFERED_ANSWER_BYTES).",
+            registry=r,
+        )
         self.metering_pending = Gauge(
             "sluicegate_metering_pending",
             "Usage records waiting to be written to Redis.",

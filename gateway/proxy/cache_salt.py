@@ -27,21 +27,18 @@ costs one cold cache, nothing else.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import enum
 import hashlib
 import hmac
 import re
-import secrets
 from dataclasses import dataclass, field
 from typing import Any
-
-from redis.exceptions import RedisError
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.redis import keys
 from gateway.redis.client import RedisClient
+from gateway.redis.shared_secret import SharedSecret
 
 # What vLLM accepts now and after its tightening (vllm PR 57609: at most 128 characters, none of
 # `@ / \` or NUL): RFC 3986's unreserved characters.
@@ -133,41 +130,13 @@ class CacheSalts:
     """The secret, configured or minted once into Redis, and the salts derived with it."""
 
     def __init__(self, redis: RedisClient, configured: str | None, *, timeout_s: float) -> None:
-        self._redis = redis
-        self._timeout_s = timeout_s
-        self._secret: bytes | None = configured.encode() if configured else None
-        self._loading: asyncio.Future[bytes] | None = None
+        self._shared = SharedSecret(redis, keys.CACHE_SALT_SECRET, configured, timeout_s=timeout_s)
         self._derived: dict[tuple[str, str, str, str | None], str | None] = {}  # for SaltScope
 
     async def secret(self) -> bytes:
         """Read from Redis once per process (one read at a time); 503 while Redis cannot say."""
-        if self._secret is not None:
-            return self._secret
-        if self._loading is None or self._loading.done():
-            self._loading = asyncio.ensure_future(self._load())
-            self._loading.add_done_callback(_seen)
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                self._secret = await asyncio.shield(self._loading)
-        except (RedisError, OSError, TimeoutError):
-            raise GatewayError(
-                ErrorCode.REDIS_UNAVAILABLE, "The key store is unavailable; try again shortly."
-            ) from None
-        return self._secret
+        known = self._shared.known
+        return known if known is not None else await self._shared.get()
 
     async def scope(self, team_id: str, key_id: str, client: str | None) -> SaltScope:
         return SaltScope(await self.secret(), team_id, key_id, client, self._derived)
-
-    async def _load(self) -> bytes:
-        minted = secrets.token_urlsafe(32)
-        # NX: the first replica's secret stands; every other replica reads that one.
-        await self._redis.set(keys.CACHE_SALT_SECRET, minted, nx=True)
-        stored = await self._redis.get(keys.CACHE_SALT_SECRET)
-        if not stored:
-            raise RedisError("cache salt secret vanished")
-        return bytes(stored) if isinstance(stored, bytes | bytearray) else str(stored).encode()
-
-
-def _seen(done: asyncio.Future[bytes]) -> None:
-    if not done.cancelled():
-        done.exception()  # every waiter may have given up on it: mark the error as seen

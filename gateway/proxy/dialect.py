@@ -16,13 +16,14 @@ protocol the worker speaks (`Call.protocol`, gateway.proxy.worker_protocols), no
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 from starlette.responses import Response
 
 from gateway.errors import GatewayError
 from gateway.limits.admission import Admission
 from gateway.limits.output import AskedOutput
+from gateway.model_table import ModelConfig
 from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds
 from gateway.proxy.worker_protocols import WorkerProtocol
 
@@ -64,6 +65,13 @@ class Call(Protocol):
         ...
 
     def estimated_prompt_tokens(self) -> int: ...
+
+    def held_to(self, model: ModelConfig) -> Self:
+        """The call with only the client's fields the model's workers may get: an OpenAI body is
+        forwarded, so it is held to an allow-list and the model's logprob cap
+        (gateway.proxy.translation.engine_fields); a 400 names a field whose loss would change
+        the answer. A translated call writes its worker body itself and returns itself."""
+        ...
 
     @property
     def client_salt(self) -> str | None:

@@ -11,9 +11,11 @@ itself, and a worker behind the OpenAI contract must not read them as its own).
 The gateway then says itself who the client is:
 `X-Forwarded-For` is the peer's address, extended (not replaced) only when that peer is a
 configured trusted proxy, whose own `X-Forwarded-For`/`X-Forwarded-Proto` are then believed.
-Everything else (`OpenAI-Organization`, `baggage`, …) reaches the worker unchanged, and so do
-`traceparent`/`tracestate` while tracing is off; with tracing on, each worker attempt gets its own
-`traceparent`, naming the gateway's span for that attempt (gateway/proxy/upstream.py).
+Everything else (`OpenAI-Organization`, `baggage`, …) reaches the worker unchanged. The
+client's `traceparent`/`tracestate` never do: with tracing on, each worker attempt gets its own
+`traceparent`, naming the gateway's span for that attempt (gateway/proxy/upstream.py); with
+tracing off the gateway has no span to name, and a client's header would make the worker's spans
+children of whatever span the client chose, in a trace the operator's backend would show.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ _NOT_FORWARDED = frozenset(
         # ids: the gateway's own go out under these names
         b"x-request-id",
         b"x-client-request-id",
+        # trace context: only the gateway's own span's (gateway.observability.tracing)
+        b"traceparent",
+        b"tracestate",
     }
 )
 

@@ -35,6 +35,7 @@ from gateway.limits.plans import LimitPlans
 from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
 from gateway.proxy import parsing, whole_answer
+from gateway.proxy.answer_bytes import AnswerBytes
 from gateway.proxy.cache_salt import CacheSalts, SaltScope
 from gateway.proxy.dialect import Call, Dialect
 from gateway.proxy.disconnect import ClientWatch, client_abort
@@ -96,7 +97,12 @@ class Pipeline:
         """`hosted_tools`: the hosted tool types the client APIs declare beyond the known ones
         (gateway.apis), metric labels of what a translation dropped."""
         self._settings = settings
-        self._bounds = BodyBounds(settings.max_messages, settings.max_content_parts, settings.max_tools)
+        self._bounds = BodyBounds(
+            settings.max_messages, settings.max_content_parts, settings.max_tools, settings.max_body_values
+        )
+        # Whole answers held at once, across every request of this replica (a 503 past it).
+        self._answers = answers = AnswerBytes(settings.max_buffered_answer_bytes)
+        metrics.buffered_answer_bytes.set_function(lambda: answers.held)
         self._hosted_tools = hosted_tools
         self._drain = drain
         self._stored = stored
@@ -296,7 +302,9 @@ class Pipeline:
             body = (
                 b""
                 if streaming
-                else await whole_answer.read(upstream, model, head_deadline, stream=call.stream)
+                else await whole_answer.read(
+                    upstream, model, head_deadline, self._answers, stream=call.stream
+                )
             )
         except asyncio.CancelledError:
             if not watch.caught():
@@ -350,6 +358,7 @@ class Pipeline:
             upstream,
             body,
             settlement,
+            answers=self._answers,
             requested=model,
             answer_name=answer_name,
             headers=headers,

@@ -28,6 +28,7 @@ import logging
 import ssl
 from collections.abc import Mapping
 
+from gateway.http.exhaustion import LOCAL_ERRNOS
 from gateway.proxy.worker_connection import WorkerConnection, WorkerResponse
 from gateway.proxy.worker_http import LocalExhaustion, Target, Unreachable, parse_target
 
@@ -37,7 +38,6 @@ log = logging.getLogger("sluicegate.upstream")
 # (uvicorn's default, and so vLLM's, is 5 s), so the gateway is the side that closes them.
 KEEPALIVE_S = 4.0
 # A connect that fails for want of this process's own resources says nothing of the worker.
-_LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EADDRNOTAVAIL})
 # How long closing the pool waits for its sockets to close.
 _CLOSE_WAIT_S = 1.0
 # Parsed worker URLs kept: endpoints come and go with discovery, so the cache starts over past this.
@@ -129,7 +129,7 @@ class WorkerClient:
         except TimeoutError:
             raise Unreachable("connecting timed out") from None
         except OSError as exc:
-            if exc.errno in _LOCAL_ERRNOS:
+            if exc.errno in LOCAL_ERRNOS:
                 raise LocalExhaustion(f"no resources to connect ({errno.errorcode[exc.errno]})") from None
             raise Unreachable(f"connecting failed ({type(exc).__name__})") from None
         return conn

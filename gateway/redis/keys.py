@@ -121,6 +121,22 @@ def role_bindings() -> str:
     return f"{PREFIX}:role-bindings"
 
 
+def console_session(session_id: str) -> str:
+    """A console sign-in (gateway/console/session.py): who signed in, until when; its TTL is the
+    session's. Deleted at sign-out, so every replica refuses the cookie at once."""
+    return f"{PREFIX}:console:session:{session_id}"
+
+
+def console_oidc_flow(state: str) -> str:
+    """One IdP sign-in under way (gateway/console/sso.py): its PKCE verifier, nonce and where to
+    return, taken once by the callback (GETDEL)."""
+    return f"{PREFIX}:console:oidc-flow:{state}"
+
+
+# The console's session secret, when SLUICEGATE_SESSION_SECRET is not set (gateway/console/session.py).
+CONSOLE_SESSION_SECRET = f"{PREFIX}:console:session-secret"
+
+
 def scim(*parts: str) -> str:
     """The SCIM directory (gateway/scim/store.py names each key it uses): users, groups, their
     indexes, memberships and the tombstones of deleted users. Every key shares the `{scim}` hash

@@ -25,6 +25,7 @@ class EndpointState(enum.Enum):
 class Endpoint:
     __slots__ = (
         "confirmed",
+        "ejected_because",
         "ejected_until",
         "ejections",
         "endpoint_failed",
@@ -62,6 +63,8 @@ class Endpoint:
         self.failing_teams: set[str] = set()
         self.ejections = 0  # in a row, for the backoff
         self.ejected_until: float | None = None
+        # Why the last ejection happened (gateway.routing.health), for the admin API and CLI.
+        self.ejected_because: str | None = None
         self.trial_inflight = False
         # Scraped load; load_base is what the policies read (see EndpointView).
         self.running = 0

@@ -81,6 +81,7 @@ def _record_success(endpoint: Endpoint, *, trial: bool) -> bool:
     if endpoint.ejected_until is None:
         return False
     endpoint.ejected_until = None
+    endpoint.ejected_because = None
     endpoint.ejections = 0
     endpoint.refresh()
     return True
@@ -97,7 +98,7 @@ def _record_failure(
                 # maybe another team's, is the next trial. (Re-ejecting would let one team keep a
                 # shared endpoint out for everyone.)
                 return Change.NONE
-            _eject(endpoint, config, now)
+            _eject(endpoint, config, now, "its trial request failed: " + _ENDPOINT_FAILURES)
             return Change.EJECTED
     if endpoint.ejected_until is not None:
         return Change.NONE
@@ -109,13 +110,26 @@ def _record_failure(
     if endpoint.failures < config.failures_to_eject:
         return Change.NONE
     if endpoint.endpoint_failed or len(endpoint.failing_teams) >= config.teams_to_eject:
-        _eject(endpoint, config, now)
+        _eject(endpoint, config, now, _because(endpoint))
         return Change.EJECTED
     # Once per run: a team that keeps failing must not make the gateway probe on every request.
     return Change.SUSPECT if endpoint.failures == config.failures_to_eject else Change.NONE
 
 
-def _eject(endpoint: Endpoint, config: HealthConfig, now: float) -> None:
+# What ENDPOINT_FAILED verdicts are, in the words the admin API and `sluicegate pools` show.
+_ENDPOINT_FAILURES = "unreachable, not HTTP, a redirect or a stream that broke off"
+
+
+def _because(endpoint: Endpoint) -> str:
+    """Why a run of failures ejects, said before the run is reset."""
+    if endpoint.endpoint_failed:
+        return f"{endpoint.failures} failures in a row, one of them no request causes ({_ENDPOINT_FAILURES})"
+    teams = len(endpoint.failing_teams)
+    return f"{endpoint.failures} failures in a row (5xx or timeouts) from {teams} teams' requests"
+
+
+def _eject(endpoint: Endpoint, config: HealthConfig, now: float, because: str) -> None:
+    endpoint.ejected_because = because
     endpoint.ejections += 1
     endpoint.ejected_until = now + backoff(config, endpoint.ejections)
     endpoint.reset_failures()

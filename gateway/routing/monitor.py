@@ -30,6 +30,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway.http.exhaustion import is_local_exhaustion
 from gateway.routing.endpoint import CONFIRM_INTERVAL_S, Endpoint
 from gateway.routing.load import apply_load, forget_load, parse_load
 from gateway.routing.pool import Pool
@@ -111,14 +112,15 @@ class Monitor:
         return True
 
     async def _get(self, kind: str, url: str, timeout_s: float) -> tuple[int, bytes] | None:
-        """Status and body, or None when the endpoint could not be reached in time."""
+        """Status and body, or None when the endpoint could not be reached in time;
+        `_UNJUDGED` when this process could not even try (its own descriptors or ports ran out)."""
         async with self._slots[kind]:
             try:
                 async with asyncio.timeout(timeout_s):
                     async with self._session.get(url) as response:
                         return response.status, await response.content.read(_MAX_BODY)
-            except (aiohttp.ClientError, TimeoutError, OSError):
-                return None
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                return _UNJUDGED if is_local_exhaustion(exc) else None
 
     # -- pending endpoints --------------------------------------------------------------------
 
@@ -143,6 +145,8 @@ class Monitor:
         cap's context clamp, gateway/limits/output.py), read once per endpoint: any answer counts
         as read, so a worker without the route is not asked again."""
         got = await self._get("probe", endpoint.url + "/v1/models", min(2.0, pool.model.timeouts.connect))
+        if got is _UNJUDGED:
+            return None  # asked again at the next round
         if got is not None:
             endpoint.models_read = True
             endpoint.max_model_len = _max_model_len(got[1], pool.wire_model) if got[0] == 200 else None
@@ -165,6 +169,8 @@ class Monitor:
         # and a probe cut at 0.2 s failed every endpoint at once whenever this replica's own loop
         # was late by that much (a 503 for the whole pool from one busy moment of the gateway).
         got = await self._get("probe", endpoint.url + "/health", pool.model.timeouts.connect)
+        if got is _UNJUDGED:
+            return  # the gateway's own exhaustion: no verdict on the worker, tried at the next round
         # A server without a /health route (404/405) still answered: it is up, and passive
         # ejection still guards its requests. Only silence, errors and 5xx mark it unhealthy.
         ok = got is not None and (got[0] == 200 or got[0] in _NO_HEALTH_ROUTE)
@@ -212,6 +218,9 @@ class Monitor:
 
 
 _NO_HEALTH_ROUTE = frozenset({404, 405})
+# `_get`'s answer when the connect failed for this process's own want of descriptors or ports
+# (gateway.http.exhaustion): no status, and no verdict. Compared by identity.
+_UNJUDGED: tuple[int, bytes] = (0, b"")
 
 
 def _forget_if_stale(endpoint: Endpoint, now: float, stale_s: float) -> None:

@@ -7,6 +7,7 @@ local copy.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,10 +65,12 @@ class FairShareStore:
         args.append(str(len(candidates)))
         for team, band, cost in candidates:
             args += (team, str(band), repr(float(cost)))
+        started = time.monotonic()
         try:
             async with asyncio.timeout(self.timeout_s):
                 reply: list[Any] = await self._script(keys=list(keys.fair_share(pool)), args=args)
         except (RedisError, OSError, TimeoutError) as exc:
-            self._breaker.trip("fair share", exc)
+            self._breaker.failed("fair share", exc, started)
             raise
+        self._breaker.answered()
         return reply

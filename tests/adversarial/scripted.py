@@ -169,3 +169,35 @@ def usage_chunk(prompt: int, completion: int) -> dict[str, Any]:
 
 
 DONE = b"data: [DONE]\n\n"
+
+
+def held_stream(released: threading.Event, wait_s: float, *, before: int = 3, after: int = 3) -> Script:
+    """A chat stream that sends `before` tokens (`t0 `, `t1 `, ... with cumulative usage on each), holds
+    until `released` (or until the gateway drops it; `wait_s` at most), then sends `after` more and
+    ends."""
+
+    async def script(
+        worker: ScriptedWorker, request: Received, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        body = b"".join(_token(i) for i in range(before))
+        writer.write(SSE_HEAD + http_chunk(body))
+        await writer.drain()
+        worker.head_sent.set()
+        closed = asyncio.ensure_future(worker.hold_until_closed(reader))
+        go_on = asyncio.ensure_future(asyncio.to_thread(released.wait, wait_s))
+        await asyncio.wait({closed, go_on}, return_when=asyncio.FIRST_COMPLETED)
+        if closed.done() or not go_on.result():
+            return
+        closed.cancel()
+        total = before + after
+        rest = b"".join(_token(i) for i in range(before, total))
+        writer.write(http_chunk(rest + event(usage_chunk(2, total)) + DONE) + LAST_CHUNK)
+        await writer.drain()
+
+    return script
+
+
+def _token(i: int) -> bytes:
+    """Token `i` of a held stream, with the usage so far (2 prompt tokens)."""
+    usage = {"prompt_tokens": 2, "completion_tokens": i + 1, "total_tokens": 3 + i}
+    return event(content_chunk(f"t{i} ", usage=usage))

@@ -8,7 +8,7 @@ answered, so the refusal is the bound's and nothing else's."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -120,3 +120,52 @@ def test_a_body_over_a_bound_gets_a_400_naming_it_in_its_apis_envelope(bounded: 
     message = _message_of(path, _send(bounded, key, path, body))
     assert f"'{param}'" in message, message
     assert f"at most {BOUND}" in message, message
+
+
+# --- JSON values, estimated before the parse (gateway/proxy/translation/bounds.py: check_values) ---
+
+ATTACKS: dict[str, Callable[[], tuple[str, dict[str, Any]]]] = {
+    # The fourth review's bodies: 240,000 messages (8.7 MB) and 100,001 Gemini contents.
+    "chat messages": lambda: _chat(240_000),
+    "messages": lambda: _messages(240_000),
+    "gemini contents": lambda: _gemini(100_001),
+    "anthropic count_tokens": lambda: (
+        "/v1/messages/count_tokens",
+        {"model": FAKE_MODEL, "messages": _msgs(240_000)},
+    ),
+    "gemini countTokens": lambda: (
+        f"/v1beta/models/{FAKE_MODEL}:countTokens",
+        {"contents": _gemini(100_001)[1]["contents"]},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTACKS))
+def test_a_body_of_too_many_values_is_a_413_before_it_is_parsed(gateway: Gateway, case: str) -> None:
+    """A 413 (the bounds' 400 comes only after the parse, which held the loop for 0.15-0.7 s)."""
+    key = gateway.new_key()["key"]
+    path, body = ATTACKS[case]()
+    headers = {"x-goog-api-key": key} if path.startswith("/v1beta/") else None
+    reply = post(gateway.url + path, body, key=None if headers else key, headers=headers)
+    assert reply.status == 413, f"HTTP {reply.status}: {reply.body[:300]!r}"
+    error = json.loads(reply.body)["error"]
+    if path.startswith("/v1/messages"):
+        assert error["type"] == "request_too_large", error
+    elif path.startswith("/v1beta/"):
+        assert error["code"] == 413, error
+    else:
+        assert error["code"] == "request_too_large", error
+    assert "at most 200000" in error["message"], error
+
+
+def test_brace_dense_text_under_the_bound_is_served(gateway: Gateway) -> None:
+    """The estimate counts braces and quotes inside strings too: text it counts as 180,000 values
+    (one `{`, one `[` and two quotes a unit) passes."""
+    key = gateway.new_key()["key"]
+    text = '{"a": [1]} ' * 60_000
+    reply = post(
+        f"{gateway.url}/v1/chat/completions",
+        {"model": FAKE_MODEL, "messages": [{"role": "user", "content": text}]},
+        key=key,
+    )
+    assert reply.status == 200, reply.body[:300]

@@ -163,13 +163,12 @@ class Agent:
     def _codex_config(self) -> None:
         codex_home = self.home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
-        # model_context_window / model_max_output_tokens: Codex has no metadata for a gateway's
-        # model name and warns without them (coding-agents notes).
+        # model_context_window: the window of a model Codex has no metadata for (it still warns;
+        # gateway/agent_snippets.py says why). Codex 0.171 ignores model_max_output_tokens.
         (codex_home / "config.toml").write_text(
             f'model = "{self.target.model}"\n'
             'model_provider = "gw"\n'
             "model_context_window = 131072\n"
-            "model_max_output_tokens = 8192\n"
             "check_for_update_on_startup = false\n"
             "[analytics]\nenabled = false\n"
             "[feedback]\nenabled = false\n"

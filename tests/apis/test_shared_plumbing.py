@@ -11,6 +11,8 @@ import json
 import re
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 
 import anthropic
 import openai
@@ -106,6 +108,46 @@ def test_two_different_keys_are_refused_whichever_is_valid(gateway: Gateway) -> 
     # Neither team paid for the refused request.
     assert gateway.usage(mine["team"]) == []
     assert gateway.usage(theirs["team"]) == []
+
+
+# Each client API's generating route, its body and its error envelope's readable code.
+_GENERATE: dict[str, tuple[str, dict[str, Any], Callable[[Any], str]]] = {
+    "chat": ("/v1/chat/completions", CHAT_BODY, lambda e: e["error"]["code"]),
+    "messages": (
+        "/v1/messages",
+        {"model": FAKE_MODEL, "max_tokens": 5, "messages": HELLO},
+        lambda e: e["error"]["type"],
+    ),
+    "responses": ("/v1/responses", {"model": FAKE_MODEL, "input": "hi"}, lambda e: e["error"]["code"]),
+    "gemini": (
+        f"/v1beta/models/{FAKE_MODEL}:generateContent",
+        {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+        lambda e: e["error"]["status"],
+    ),
+}
+
+
+@pytest.mark.parametrize("api", list(_GENERATE))
+def test_refused_keys_are_told_not_to_retry_in_every_api(gateway: Gateway, api: str) -> None:
+    """A wrong key, or a model the key may not use, is final: `x-should-retry: false` stops the
+    Stainless SDKs (Claude Code's, OpenAI's) from retrying a 401 for minutes (issue 37)."""
+    path, body, code = _GENERATE[api]
+    wrong = post(f"{gateway.url}{path}", body, headers={"x-api-key": "sk-sg-not-a-real-key"})
+    assert wrong.status == 401, wrong.body
+    assert code(wrong.json()) in {"invalid_api_key", "authentication_error", "UNAUTHENTICATED"}
+    assert wrong.headers.get("x-should-retry") == "false", wrong.headers
+    other = gateway.new_key(models=[OTHER_MODEL])["key"]
+    refused = post(f"{gateway.url}{path}", body, headers={"x-api-key": other})
+    assert refused.status == 403, refused.body
+    assert code(refused.json()) in {"model_not_allowed", "permission_error", "PERMISSION_DENIED"}
+    assert refused.headers.get("x-should-retry") == "false", refused.headers
+    # Only refusals that stay refusals: an answer that may change (an unknown model) says nothing.
+    mine = gateway.new_key()["key"]
+    unknown = {**body, "model": "no-such-model"} if "model" in body else body
+    url = f"{gateway.url}{path.replace(FAKE_MODEL, 'no-such-model')}"
+    missing = post(url, unknown, headers={"x-api-key": mine})
+    assert missing.status == 404, missing.body
+    assert "x-should-retry" not in missing.headers
 
 
 def test_the_admin_api_takes_only_its_bearer_token(gateway: Gateway) -> None:

@@ -153,9 +153,13 @@ def test_notes_name_the_console_cli_dashboard_agents_guide_and_image(notes: Any)
     assert "pip install ." in text
     assert f"ConfigMap {SERVICE}-dashboard" in text
     assert "docs/agents.md" in text
-    # The default image name is published by nobody: say how to build and push it.
-    assert "docker build -f deploy/docker/gateway.Dockerfile -t REGISTRY/sluicegate:0.1.0 ." in text
+    # The default image exists once a release of this version does: until then, build and push it.
+    assert "published by the project's release\n   workflow for each version tag" in text
+    assert "\n   make image\n" in text
+    push = "skopeo copy oci-archive:dist/sluicegate-gateway.oci.tar docker://REGISTRY/sluicegate:0.1.0"
+    assert push in text
     assert "--set gateway.image.repository=REGISTRY/sluicegate" in text
+    assert "sluicegate-reframr" not in text  # no Reframr model, no Reframr image to build
     assert "Ingress" not in text
 
 
@@ -173,7 +177,7 @@ def test_notes_follow_the_values(notes: Any) -> None:
             "monitoring": {"dashboard": {"enabled": False}},
         }
     )
-    assert "docker build" not in text  # an image of the user's own
+    assert "make image" not in text  # an image of the user's own
     exec_line = f"exec statefulset/{SERVICE} -- env SLUICEGATE_URL=http://127.0.0.1:9000 sluicegate usage"
     assert exec_line in text
     assert "https://llm.example.com/v1 https://llm.internal.example.com/v1" in text
@@ -184,4 +188,22 @@ def test_notes_follow_the_values(notes: Any) -> None:
 
 def test_notes_tell_reframr_users_to_build_its_image_too(notes: Any) -> None:
     text = notes({"models": [{"name": "r", "engine": "reframr", "mode": "test"}]})
-    assert text.count("deploy/docker/reframr.Dockerfile") == 1
+    assert text.count("dist/sluicegate-reframr.oci.tar -> engines.reframr.image.repository") == 1
+
+
+def test_notes_say_what_to_register_at_the_idp(notes: Any) -> None:
+    text = notes(
+        {
+            "gateway": {"adminIngress": {"enabled": True, "host": "llm-admin.example.com"}},
+            "oidc": {
+                "issuer": "https://login.example.com",
+                "clientId": "console",
+                "clientSecret": {"existingSecret": "oidc"},
+                "cliClientId": "cli",
+            },
+        }
+    )
+    assert "redirect URI http://llm-admin.example.com/admin/ui/oidc/callback" in text
+    assert 'the CLI\'s public client "cli" with the device grant' in text
+    assert "WARNING: without gateway.adminIngress.tls people sign in over plain http." in text
+    assert "People sign in with your identity provider" not in notes()

@@ -236,6 +236,22 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
         {"gateway": {"ingress": {"enabled": True, "hosts": ["llm.example.com/admin"]}}},
         "at '/gateway/ingress/hosts/0'",
     ),
+    "admin entrance without an admin port": (
+        {"gateway": {"adminPort": 0, "adminIngress": {"enabled": True, "host": "llm-admin.example.com"}}},
+        "gateway.adminIngress publishes the admin plane, which needs a port of its own",
+    ),
+    "admin entrance without a host": (
+        {"gateway": {"adminHttpRoute": {"enabled": True, "parentRefs": [{"name": "gw"}]}}},
+        "gateway.adminHttpRoute needs the admin plane's own host name (gateway.adminHttpRoute.hostname)",
+    ),
+    "console client without its secret": (
+        {"oidc": {"issuer": "https://idp.example.com", "clientId": "console"}},
+        "oidc.clientId needs oidc.clientSecret.existingSecret",
+    ),
+    "oidc issuer over http": (
+        {"oidc": {"issuer": "http://idp.example.com", "audience": "a"}},
+        "at '/oidc/issuer'",
+    ),
 }
 
 

@@ -292,6 +292,6 @@ def test_without_an_admin_token_the_console_says_so(browser: Browser, make_gatew
             response = page.goto(f"{gateway.url}{UI}/")
             assert response is not None
             assert response.status == 403
-            expect(page.locator("h1")).to_have_text("The admin API is disabled")
+            expect(page.locator("h1")).to_have_text("The console is disabled")
         finally:
             context.close()

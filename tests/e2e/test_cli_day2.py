@@ -71,6 +71,7 @@ def test_version_and_an_example_in_every_help() -> None:
         ["demo"],
         ["usage"],
         ["audit"],
+        ["pools"],
         *(["teams", c] for c in ("create", "update", "list", "show", "delete")),
         *(["keys", c] for c in ("create", "list", "show", "update", "revoke", "rotate")),
     ]

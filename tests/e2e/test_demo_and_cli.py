@@ -22,6 +22,7 @@ import redis
 from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.redis import keys
 from tests.conftest import FAKE_MODEL, Gateway
+from tests.http import post
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,6 +106,28 @@ def test_demo_prints_a_working_key_curl_and_sdk_example_and_stops_on_ctrl_c(
     assert process.wait(timeout=15) == 0
     for pid in children:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_demo_count_tokens_is_the_workers_exact_count_on_both_models(
+    demo: tuple[subprocess.Popen[str], str],
+) -> None:
+    """count_tokens answers what the same prompt is billed (issue 37: 13 for a 3-word prompt billed
+    as 3, the gateway's estimate), and its header says it is the worker's count."""
+    _, banner = demo
+    base, key = _field(banner, r"gateway  (\S+)"), _field(banner, r"API key  (\S+)")
+    headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+    messages = [{"role": "user", "content": "say hi now"}]
+    for model in ("demo-model", "demo-native"):
+        counted = post(
+            f"{base}/v1/messages/count_tokens", {"model": model, "messages": messages}, headers=headers
+        )
+        assert counted.status == 200, counted.body
+        assert counted.headers["x-sluicegate-token-count"] == "worker", model
+        turn = post(
+            f"{base}/v1/messages", {"model": model, "max_tokens": 4, "messages": messages}, headers=headers
+        )
+        assert turn.status == 200, turn.body
+        assert counted.json()["input_tokens"] == turn.json()["usage"]["input_tokens"], model
 
 
 def test_demo_starts_again_on_its_port_right_after_ctrl_c_and_its_printed_commands_run(

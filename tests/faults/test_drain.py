@@ -9,7 +9,6 @@ until the test releases it, and the long delays are long enough never to run out
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
 import random
@@ -23,16 +22,9 @@ import pytest
 
 from gateway.dev.embedded_redis import EmbeddedRedis
 from tests.adversarial.scripted import (
-    DONE,
-    LAST_CHUNK,
     MODEL,
-    SSE_HEAD,
-    ScriptedWorker,
-    content_chunk,
-    event,
-    http_chunk,
+    held_stream,
     run_scripted,
-    usage_chunk,
 )
 from tests.conftest import FAKE_MODEL, worker_record
 from tests.faults.conftest import GatewayProcess, StartGateway
@@ -40,33 +32,6 @@ from tests.faults.conftest import GatewayProcess, StartGateway
 pytestmark = pytest.mark.timeout(180)
 WAIT_S = 60.0
 FOREVER = "600"  # a delay or drain that never runs out during a test: a second signal ends it
-
-
-def _held_worker(released: threading.Event, *, before: int = 3, after: int = 3) -> Any:
-    """Streams `before` tokens (cumulative usage on each), holds until `released` (or until the
-    gateway drops it), then streams `after` more and ends."""
-
-    async def script(worker: ScriptedWorker, request: Any, reader: Any, writer: Any) -> None:
-        body = b"".join(event(content_chunk(f"t{i} ", usage=_usage(i + 1))) for i in range(before))
-        writer.write(SSE_HEAD + http_chunk(body))
-        await writer.drain()
-        worker.head_sent.set()
-        closed = asyncio.ensure_future(worker.hold_until_closed(reader))
-        go_on = asyncio.ensure_future(asyncio.to_thread(released.wait, WAIT_S))
-        await asyncio.wait({closed, go_on}, return_when=asyncio.FIRST_COMPLETED)
-        if closed.done() or not go_on.result():
-            return
-        closed.cancel()
-        total = before + after
-        rest = b"".join(event(content_chunk(f"t{i} ", usage=_usage(i + 1))) for i in range(before, total))
-        writer.write(http_chunk(rest + event(usage_chunk(2, total)) + DONE) + LAST_CHUNK)
-        await writer.drain()
-
-    return script
-
-
-def _usage(completion: int) -> dict[str, int]:
-    return {"prompt_tokens": 2, "completion_tokens": completion, "total_tokens": 2 + completion}
 
 
 def _models(url: str) -> str:
@@ -191,7 +156,7 @@ def test_a_stream_open_at_sigterm_completes_with_all_its_tokens(
     redis_server: EmbeddedRedis, start_gateway: StartGateway, team: str
 ) -> None:
     released = threading.Event()
-    with run_scripted(_held_worker(released)) as worker:
+    with run_scripted(held_stream(released, WAIT_S)) as worker:
         gw = start_gateway(
             redis_server.url,
             models=_models(worker.url),
@@ -216,7 +181,7 @@ def test_a_stream_the_drain_cannot_wait_for_ends_with_an_error_event_and_done(
     redis_server: EmbeddedRedis, start_gateway: StartGateway, team: str, how: str
 ) -> None:
     released = threading.Event()  # not set until the end: the worker holds the stream forever
-    with run_scripted(_held_worker(released)) as worker:
+    with run_scripted(held_stream(released, WAIT_S)) as worker:
         timeout = "0.2" if how == "drain timeout" else FOREVER
         gw = start_gateway(
             redis_server.url,

@@ -48,6 +48,11 @@ class Idp:
         self._process: subprocess.Popen[bytes] | None = None
         self.kid = ""
 
+    def also_redirect_to(self, uri: str) -> None:
+        """Registers another redirect URI for the console client (before start): a gateway's
+        callback, known once the gateway listens."""
+        self._redirects.append(uri)
+
     def __enter__(self) -> Idp:
         self.start()
         return self
@@ -115,18 +120,10 @@ class Idp:
             "code_challenge": challenge,
             "code_challenge_method": "S256",
         }
-        browser = _Browser(self.issuer)
-        location = f"/auth?{urllib.parse.urlencode(query)}"
-        for _ in range(10):
-            status, headers, page = browser.get(location)
-            if status == 200:
-                location = self._submit(browser, page, login)
-            elif status in (302, 303):
-                location = headers["location"]
-            else:
-                raise AssertionError(f"sign-in stopped at {status}: {page[:200]}")
-            if location.startswith(REDIRECT):
-                break
+        location = self._walk(
+            _Browser(self.issuer), f"{self.issuer}/auth?{urllib.parse.urlencode(query)}", login
+        )
+        assert location.startswith(REDIRECT), location
         code = urllib.parse.parse_qs(urllib.parse.urlsplit(location).query)["code"][0]
         body = {
             "grant_type": "authorization_code",
@@ -136,21 +133,43 @@ class Idp:
         }
         return _post_form(f"{self.issuer}/token", body, auth=CONSOLE)
 
+    def _walk(self, browser: _Browser, location: str, login: str) -> str:
+        """Follows redirects and submits each page's form (login, consent, device confirmation)
+        until the flow leaves the provider (a redirect elsewhere: returned) or ends on a page
+        without a form (its text returned)."""
+        status, headers, page = browser.get(location)
+        for _ in range(16):
+            if status in (302, 303):
+                location = urllib.parse.urljoin(location, headers["location"])
+                if not location.startswith(self.issuer):
+                    return location
+                status, headers, page = browser.get(location)
+            elif status == 200 and "<form" in page:
+                status, headers, page = self._submit(browser, page, login)
+            elif status == 200:
+                return page
+            else:
+                raise AssertionError(f"sign-in stopped at {status}: {page[:200]}")
+        raise AssertionError("the sign-in did not end")
+
+    def confirm_device(self, url: str, login: str) -> str:
+        """What a person does with `sluicegate login`'s code: open the URL, confirm, sign in,
+        consent. Returns the provider's last page."""
+        return self._walk(_Browser(self.issuer), url, login)
+
     def access_token(self, login: str) -> str:
         token: str = self.sign_in(login)["access_token"]
         return token
 
     @staticmethod
-    def _submit(browser: _Browser, page: str, login: str) -> str:
-        """The login page's form, or the consent page's: submitted as a person would."""
+    def _submit(browser: _Browser, page: str, login: str) -> tuple[int, dict[str, str], str]:
+        """The page's form (login, consent, device confirmation) submitted as a person would."""
         action = re.search(r'<form[^>]*action="([^"]+)"', page)
         assert action is not None, page[:300]
         fields = dict(re.findall(r'<input[^>]*type="hidden"[^>]*name="([^"]+)"[^>]*value="([^"]*)"', page))
         if 'name="login"' in page:
             fields.update(login=login, password="any")
-        status, headers, text = browser.post(action.group(1), fields)
-        assert status in (302, 303), text[:300]
-        return headers["location"]
+        return browser.post(action.group(1), fields)
 
     def sign(self, claims: dict[str, Any], **header: Any) -> str:
         """Any claims, signed by the provider's key (the oracle): a valid signature on a token the
@@ -207,18 +226,19 @@ class _Browser:
     def _open(self, request: urllib.request.Request) -> tuple[int, dict[str, str], str]:
         try:
             with self._opener.open(request, timeout=30) as response:
-                return (
-                    response.status,
-                    {k.lower(): v for k, v in response.headers.items()},
-                    response.read().decode(),
-                )
+                return response.status, _headers(response.headers.items()), response.read().decode()
         except urllib.error.HTTPError as exc:
             with exc:
-                return (
-                    exc.code,
-                    {k.lower(): v for k, v in exc.headers.items()},
-                    exc.read().decode(errors="replace"),
-                )
+                return exc.code, _headers(exc.headers.items()), exc.read().decode(errors="replace")
+
+
+def _headers(items: Any) -> dict[str, str]:
+    """Lower-cased names; a repeated header (Set-Cookie) keeps every value, one per line."""
+    out: dict[str, str] = {}
+    for name, value in items:
+        key = name.lower()
+        out[key] = f"{out[key]}\n{value}" if key in out else value
+    return out
 
 
 def _post_form(url: str, fields: dict[str, str], *, auth: tuple[str, str]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -22,7 +23,7 @@ from gateway.config import Settings
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.auth import Authenticator
 from gateway.keys.store import KeyStore
-from gateway.redis.breaker import RedisBreaker
+from gateway.redis.breaker import FAILURES_TO_OPEN, RedisBreaker
 from gateway.redis.client import RedisClient, close_redis, connect_redis
 from tests.redis_cluster import RedisServer, run_with_client
 
@@ -44,10 +45,12 @@ def test_an_open_breaker_lets_a_new_key_probe_and_an_answer_closes_it(
         breaker = RedisBreaker(LONG_S)
         auth = Authenticator(store, breaker, cache_ttl_s=60.0, timeout_s=30.0)
         with caplog.at_level(logging.WARNING, "sluicegate.redis"):
-            breaker.trip("admission", TimeoutError())
-            breaker.trip("admission", TimeoutError())
+            for _ in range(FAILURES_TO_OPEN + 1):
+                breaker.failed("admission", TimeoutError(), time.monotonic())
+        assert breaker.open
         assert [r.getMessage() for r in caplog.records if r.name == "sluicegate.redis"] == [
-            f"redis breaker open for {LONG_S:.1f}s: admission failed (TimeoutError)"
+            f"redis breaker open for {LONG_S:.1f}s: admission failed "
+            f"(TimeoutError; {FAILURES_TO_OPEN} in a row)"
         ], "one line per opening, naming the call and the error's class only"
 
         principal = await auth.authenticate(_headers(secret))
@@ -95,9 +98,9 @@ def test_while_redis_stalls_one_new_key_probes_and_the_others_are_refused_at_onc
             async with _silent_redis() as (url, heard):
                 redis = connect_redis(Settings(redis_url=url, redis_timeout_s=LONG_S))
                 clients.append(redis)
-                breaker = RedisBreaker(LONG_S)
+                breaker = RedisBreaker(LONG_S, failures_to_open=1)
                 auth = Authenticator(KeyStore(redis), breaker, cache_ttl_s=60.0, timeout_s=LONG_S)
-                breaker.trip("admission", TimeoutError())
+                breaker.failed("admission", TimeoutError(), time.monotonic())
 
                 probe = asyncio.ensure_future(auth.authenticate(_headers("sk-first-" + "a" * 40)))
                 await asyncio.wait_for(heard.get(), 60)  # the probe's lookup reached the stalled Redis

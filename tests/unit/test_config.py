@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gateway.cli import main
 from gateway.config import Settings
@@ -187,3 +188,26 @@ def test_continuous_usage_is_on_unless_a_model_turns_it_off() -> None:
         parse_model_table(
             {"models": [{"name": "a", "endpoints": [{"url": "http://x:1"}], "continuous_usage": "no"}]}
         )
+
+
+def test_engine_fields_and_the_logprob_cap_are_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def model(extra: str) -> str:
+        return f"models:\n  - name: m\n    endpoints:\n      - url: http://127.0.0.1:9\n{extra}"
+
+    path = tmp_path / "models.yaml"
+    for extra, named in [
+        ("    engine_fields: [min_p, request_id]\n", "models[0].engine_fields[1]"),
+        ("    engine_fields: min_p\n", "models[0].engine_fields"),
+        ("    engine_fields: ['Min P']\n", "models[0].engine_fields[0]"),
+        ("    max_logprobs: -1\n", "models[0].max_logprobs"),
+        ("    max_logprobs: 2.5\n", "models[0].max_logprobs"),
+    ]:
+        path.write_text(model(extra))
+        assert main(["check-config", str(path)]) == 2, extra
+        assert named + ":" in capsys.readouterr().err
+    path.write_text(model("    engine_fields: [min_p, guided_json]\n    max_logprobs: 20\n"))
+    assert main(["check-config", str(path)]) == 0
+    parsed = parse_model_table(yaml.safe_load(model("    engine_fields: [min_p]\n"))).models[0]
+    assert (parsed.engine_fields, parsed.max_logprobs) == (frozenset({"min_p"}), 5)

@@ -4,6 +4,7 @@ and headers, worker error translation, and what a settlement meters for each way
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import orjson
@@ -274,3 +275,14 @@ def test_a_settlement_meters_once_what_the_request_used(
     assert (record.error, record.disconnected) == (ending is Ending.ERROR, ending is Ending.DISCONNECTED)
     assert record.settlements == (("b", "b", str(110 - sum(expected))),)  # the reservation given back
     assert _inflight(metrics) == 0
+
+
+def test_a_large_refused_bodys_model_is_found_without_a_second_parse() -> None:
+    """The access log's model of a refused body: a large one is searched, not parsed again (the
+    8 MB bodies refused for their size cost more in that second parse than in all the rest)."""
+    from gateway.proxy.parsing import _model_named
+
+    quoted = [{"role": "user", "content": 'say "model": "not-this-one"'}] * 5_000
+    assert _model_named(json.dumps({"messages": quoted, "model": "fake-model"}).encode()) == "fake-model"
+    assert _model_named(json.dumps({"contents": quoted}).encode()) == ""
+    assert _model_named(b'{"model": "small"}') == "small"

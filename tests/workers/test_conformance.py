@@ -430,9 +430,15 @@ def test_the_reframr_worker_passes() -> None:
     # other request caps them with a small max_tokens. A burst above its queue (8) sees its 429s.
     engine = DeterministicEngine(answer_tokens=400, token_delay_s=0.008)
     with run_uvicorn(create_reframr_app(engine, MODEL, max_model_len=2048)) as url:
-        result = run_suite(
-            url, "--worker-tools", f"--worker-tool-prompt={REFRAMR_TOOL_PROMPT}", "--worker-burst=12"
-        )
+        assert_reframr_passes(url)
+
+
+def assert_reframr_passes(url: str) -> None:
+    """The Reframr worker at `url` (its test engine, 400-word answers, a queue of 8, serving MODEL)
+    passes the suite, tool and disconnect rules included (also run on its image, tests/image)."""
+    result = run_suite(
+        url, "--worker-tools", f"--worker-tool-prompt={REFRAMR_TOOL_PROMPT}", "--worker-burst=12"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert failed_rules(result.stdout) == set(), result.stdout
     assert undecided_rules(result.stdout) == set(), result.stdout

@@ -31,7 +31,9 @@ Programming headers (all optional):
 - `x-fake-hold-after: N`: a stream sends min(N, tokens) token chunks (the role chunk or opening
   events first), then nothing more for 600 s or until the client leaves (a non-stream answer
   ignores it): what reached the client by then was relayed while the worker was still generating.
-- `x-fake-tool-call: NAME`: if the chat request's `tools` has a function NAME, call it.
+- `x-fake-tool-call: NAME`: if the chat request's `tools` has a function NAME, call it (chat only;
+  an agent cannot send it: its tool round trip is the `sluicegate-read:<path>` prompt marker,
+  workers/fake/agent_turns.py).
 - `x-fake-reasoning: N`: the first min(N, tokens) chat tokens are reasoning (a tool call has
   none). `x-fake-reasoning-as: field` (default) sends them as `delta.reasoning_content`
   (`message.reasoning_content` when not streaming), as vLLM with a reasoning parser does;

@@ -36,6 +36,7 @@ from gateway.proxy.dialect import ClientStream
 from gateway.proxy.translation import native
 from gateway.proxy.translation.body import chat_worker_body
 from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
+from gateway.proxy.translation.engine_fields import HeldElsewhere
 from gateway.proxy.translation.native import NativeCall
 from gateway.proxy.usage import InvalidUsage, parse_usage
 from gateway.proxy.worker_protocols import WorkerProtocol
@@ -48,7 +49,7 @@ def message_id() -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class MessagesCall:
+class MessagesCall(HeldElsewhere):
     request: Translated
 
     @property

@@ -27,6 +27,7 @@ from gateway.errors import GatewayError
 from gateway.http.body import read_body
 from gateway.http.context import CLIENT_CLOSED, RequestContext
 from gateway.proxy.prompt_count import tokenize_body, worker_prompt_tokens
+from gateway.proxy.translation.bounds import check_values
 from gateway.routing.router import ModelRoute
 from gateway.state import app_state
 
@@ -66,6 +67,7 @@ class CountTokens:
         gate, settings = state["gate"], state["settings"]
         principal = await gate.caller(request, ctx)
         body = await read_body(request, settings.max_body_bytes, settings.body_timeout_s)
+        check_values(body, settings.max_body_values)
         parsed = translate(body, needs_max_tokens=False)
         ctx.ignored = parsed.ignored  # named in x-sluicegate-ignored, as on /v1/messages
         ctx.requested_model = parsed.model

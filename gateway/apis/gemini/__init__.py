@@ -22,4 +22,7 @@ API = ClientApi(
     unknown_routes=RouteFamily(errors.looks_gemini, errors.unknown_route, prefixes=("/v1beta/",)),
     model_in_path=model_in_path,
     encoded_paths=(b"/v1beta/models/",),
+    # The Google Cloud project the client bills to: a client's identity at Google, nothing a
+    # worker may learn or act on.
+    never_forward=frozenset({"x-goog-user-project"}),
 )

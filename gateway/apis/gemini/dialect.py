@@ -30,6 +30,7 @@ from gateway.proxy import worker_protocols
 from gateway.proxy.dialect import ClientStream
 from gateway.proxy.translation.body import chat_worker_body, open_body
 from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
+from gateway.proxy.translation.engine_fields import HeldElsewhere
 from gateway.proxy.worker_protocols import WorkerProtocol
 
 NAME = "gemini"
@@ -41,7 +42,7 @@ def response_id() -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class GeminiCall:
+class GeminiCall(HeldElsewhere):
     request: Translated
     stream: bool
 

@@ -31,6 +31,7 @@ from gateway.http.body import read_body
 from gateway.http.context import CLIENT_CLOSED, RequestContext
 from gateway.proxy.prompt_count import tokenize_body, worker_prompt_tokens
 from gateway.proxy.translation.body import field_error, open_body
+from gateway.proxy.translation.bounds import check_values
 from gateway.proxy.worker_errors import sanitised
 from gateway.routing.router import ModelRoute
 from gateway.state import app_state
@@ -113,7 +114,9 @@ async def _count(request: Request, ctx: RequestContext, model: str) -> Response:
     gate, settings = state["gate"], state["settings"]
     principal = await gate.caller(request, ctx)
     ctx.requested_model = model
-    body = open_body(await read_body(request, settings.max_body_bytes, settings.body_timeout_s))
+    raw = await read_body(request, settings.max_body_bytes, settings.body_timeout_s)
+    check_values(raw, settings.max_body_values)
+    body = open_body(raw)
     inner = body.get("generateContentRequest", body.get("generate_content_request"))
     if inner is not None and not isinstance(inner, dict):
         raise field_error("generateContentRequest", "must be an object")

@@ -8,11 +8,12 @@ for them never sees.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import orjson
 from starlette.responses import Response
@@ -20,9 +21,10 @@ from starlette.responses import Response
 from gateway.errors import GatewayError
 from gateway.limits.admission import Admission, LimitKind
 from gateway.limits.output import NO_OUTPUT, AskedOutput
+from gateway.model_table import ModelConfig
 from gateway.proxy import worker_protocols
 from gateway.proxy.cache_salt import client_salt, salted
-from gateway.proxy.engine_ids import names_engine_ids, without_engine_ids
+from gateway.proxy.translation import engine_fields
 from gateway.proxy.translation.body import dumps, model_of, open_body
 from gateway.proxy.translation.body import field_error as _field_error
 from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
@@ -52,6 +54,8 @@ class OpenAICall:
     prompt_estimate: int  # ~4 characters a token
     is_embeddings: bool = False
     client_salt: str | None = None  # the client's own cache_salt, checked (gateway.proxy.cache_salt)
+    # The fields the model's allow-list dropped (`held_to`): `payload` no longer has them.
+    ignored: tuple[str, ...] = ()
 
     @property
     def worker_path(self) -> str:
@@ -61,8 +65,20 @@ class OpenAICall:
     # a Python call.
     protocol: ClassVar[WorkerProtocol] = worker_protocols.CHAT
     continues: ClassVar[str | None] = None
-    # The worker's own API: unknown fields pass through to it, nothing is dropped.
-    ignored: ClassVar[tuple[str, ...]] = ()
+
+    def held_to(self, model: ModelConfig) -> Self:
+        """The body held to the model's allow-list and logprob cap
+        (gateway.proxy.translation.engine_fields): unchanged when it names nothing else."""
+        payload = self.payload
+        if "logprobs" in payload or "top_logprobs" in payload or "prompt_logprobs" in payload:
+            engine_fields.check_logprobs(payload, model.max_logprobs, self.path == COMPLETIONS_PATH)
+        extra = payload.keys() - engine_fields.FIELDS[self.path]
+        if extra:
+            extra -= model.engine_fields
+        if not extra:
+            return self
+        kept, dropped = engine_fields.held(payload, extra)
+        return dataclasses.replace(self, payload=kept, ignored=dropped)
 
     @property
     def user(self) -> str | None:
@@ -92,11 +108,11 @@ class OpenAICall:
             and self.model == wire_model
             and not caps
             and self.client_salt is None
-            and not names_engine_ids(self.payload)
+            and not self.ignored
         ):
             # The salt is URL-safe text, so it is appended to the client's bytes, not re-encoded.
             return self.raw if salt is None else salted(self.raw, salt)
-        payload = {**without_engine_ids(self.payload), **caps}
+        payload = {**self.payload, **caps}
         payload["model"] = wire_model
         payload.pop("cache_salt", None)
         if salt is not None:
@@ -223,9 +239,10 @@ class OpenAIDialect:
         for name in ("max_tokens", "max_completion_tokens"):
             value = payload.get(name)
             if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS
+                isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS
             ):
-                raise _field_error(name, f"must be an integer from 0 to {MAX_TOKENS}")
+                # 0 as on every other API: vLLM refuses it, and it would reserve and generate nothing.
+                raise _field_error(name, f"must be an integer from 1 to {MAX_TOKENS}")
         for name in ("n", "best_of"):
             value = payload.get(name)
             if value is not None and (

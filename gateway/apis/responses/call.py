@@ -17,6 +17,7 @@ from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
 from gateway.proxy.translation.body import chat_worker_body, dumps, field_error, model_of, open_body
 from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
+from gateway.proxy.translation.engine_fields import HeldElsewhere
 from gateway.proxy.translation.ignored import Dropped
 from gateway.proxy.translation.tool_names import ToolNames
 from gateway.proxy.usage import InvalidUsage, Usage, parse_usage
@@ -32,7 +33,7 @@ def new_id(prefix: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class ResponsesCall:
+class ResponsesCall(HeldElsewhere):
     model: str
     stream: bool
     chat: dict[str, Any]  # the chat request's fields but model and the stream's

@@ -49,10 +49,28 @@
     });
   }
 
+  // A table wider than its box scrolls sideways; a phone shows no scroll bar until touched, so
+  // a line above the box says so, while (and only while) it overflows.
+  function hintScroll() {
+    document.querySelectorAll(".scroll").forEach(function (box) {
+      var hint = box.previousElementSibling;
+      if (!hint || !hint.classList.contains("scroll-hint")) {
+        hint = document.createElement("p");
+        hint.className = "scroll-hint";
+        hint.textContent = "Wider than the screen: scroll the table sideways for more columns \u2192";
+        box.parentNode.insertBefore(hint, box);
+      }
+      hint.hidden = box.scrollWidth <= box.clientWidth + 1;
+    });
+  }
+
   function enhance(root) {
     drawCharts(root);
     wireCopy(root);
+    hintScroll();
   }
+
+  window.addEventListener("resize", hintScroll);
 
   document.addEventListener("DOMContentLoaded", function () { enhance(document); });
   // htmx swaps (boosted navigation, the models poll) bring new content.

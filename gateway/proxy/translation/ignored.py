@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from gateway.http.context import RequestContext
 from gateway.observability.metrics import Metrics
+from gateway.proxy.translation.engine_fields import DROPPED_FIELDS
 
 IGNORED_HEADER = "x-sluicegate-ignored"
 _MAX_ENTRY = 64
@@ -88,6 +89,7 @@ _FIELDS = frozenset(
         "top_logprobs",
         "max_tool_calls",
         "stream_options",
+        *DROPPED_FIELDS,  # vLLM's extras an OpenAI body's allow-list dropped
     }
 )
 _BLOCK_TYPES = frozenset(

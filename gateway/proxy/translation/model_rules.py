@@ -1,5 +1,7 @@
 """A parsed call, held to its model's translation settings (gateway.model_table):
 
+    engine_fields: [...]     an OpenAI body's fields beyond the API's own that reach the workers
+                             (gateway.proxy.translation.engine_fields), and `max_logprobs`
     native_normalise: true   a native pool's body gets the translation's normalisation, the one
                              place a native body is rewritten beyond what native.py lists (the
                              model name, the output cap): Messages' later system messages folded
@@ -31,9 +33,10 @@ CallT = TypeVar("CallT", bound=Call)
 
 
 def apply(call: CallT, model: ModelConfig) -> CallT:
+    call = call.held_to(model)
     if isinstance(call, NativeCall) and model.native_normalise:
         call = normalised(call)  # type: ignore[assignment]
-    hosted = hosted_tools(call.ignored)
+    hosted = hosted_tools(call.ignored) if call.ignored else None
     if hosted and model.hosted_tools == "refuse":
         where, _, kind = hosted[0].partition(":")
         raise GatewayError(

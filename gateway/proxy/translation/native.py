@@ -15,15 +15,17 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
 from gateway.errors import GatewayError
 from gateway.limits.output import AskedOutput
+from gateway.model_table import ModelConfig
 from gateway.proxy import worker_protocols
 from gateway.proxy.cache_salt import client_salt
 from gateway.proxy.engine_ids import without_engine_ids
+from gateway.proxy.translation import engine_fields
 from gateway.proxy.translation.body import field_error as _field_error
 from gateway.proxy.translation.body import open_body
 from gateway.proxy.translation.tool_names import ToolNames
@@ -74,6 +76,14 @@ class NativeCall:
 
     def asked_output(self) -> AskedOutput:
         return AskedOutput(self.max_tokens)
+
+    def held_to(self, model: ModelConfig) -> Self:
+        """Forwarded as sent (the worker's own API checks its fields), but for the logprob counts,
+        capped as an OpenAI body's are (Responses' `top_logprobs`; vLLM's `prompt_logprobs`)."""
+        body = self.body
+        if "top_logprobs" in body or "prompt_logprobs" in body:
+            engine_fields.check_logprobs(body, model.max_logprobs, counted_logprobs=False)
+        return self
 
     def estimated_prompt_tokens(self) -> int:
         return self.prompt_estimate
@@ -187,6 +197,21 @@ def sse(kind: bytes, data: dict[str, Any]) -> bytes:
     return b"event: " + kind + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
+# SSE fields that steer the client's own connection: `id:` becomes its Last-Event-ID (sent back
+# on a reconnect, a worker's id the gateway knows nothing of) and `retry:` its reconnection delay.
+# Neither is the worker's to set for a client of the gateway; the translated path writes neither.
+_STEERING = (b"id:", b"retry:")
+
+
+def relayed(raw: bytes) -> bytes:
+    """A worker's event as the client gets it: its `event:` and `data:` lines only. Line starts
+    are looked for, so a `data:` line's JSON (one line) cannot match."""
+    if not raw.startswith(_STEERING) and raw.find(b"\nid:") < 0 and raw.find(b"\nretry:") < 0:
+        return raw
+    kept = [line for line in raw[:-2].split(b"\n") if line.startswith((b"event:", b"data:"))]
+    return b"\n".join(kept) + b"\n\n" if kept else b""
+
+
 class MessagesPassThrough:
     """The worker's Messages events, as they are but for the model's name in message_start."""
 
@@ -200,7 +225,7 @@ class MessagesPassThrough:
         if chunk.get("type") == "message_start" and isinstance(chunk.get("message"), dict):
             named(chunk["message"], self._answer_name)
             return sse(b"message_start", chunk)
-        return raw
+        return relayed(raw)
 
     def done(self) -> bytes:
         return b""  # Messages streams end with message_stop, already relayed
@@ -230,7 +255,11 @@ class ResponsesPassThrough:
         kind = chunk.get("type")
         response = chunk.get("response")
         if not isinstance(response, dict):
-            return sse(kind.encode() if isinstance(kind, str) else b"message", chunk) if renamed else raw
+            return (
+                sse(kind.encode() if isinstance(kind, str) else b"message", chunk)
+                if renamed
+                else relayed(raw)
+            )
         self._id = worker_protocols.responses_id(response) or self._id
         named(response, self._answer_name)
         return sse(kind.encode() if isinstance(kind, str) else b"message", chunk)

@@ -204,6 +204,8 @@ plus what templates derive from it: {"models": [ {..., "_slug", "_resourceName",
 {{- if .native_normalise }}{{ $_ := set $entry "native_normalise" true }}{{ end -}}
 {{- if .hosted_tools }}{{ $_ := set $entry "hosted_tools" .hosted_tools }}{{ end -}}
 {{- if .cache_isolation }}{{ $_ := set $entry "cache_isolation" .cache_isolation }}{{ end -}}
+{{- if .engine_fields }}{{ $_ := set $entry "engine_fields" .engine_fields }}{{ end -}}
+{{- if hasKey . "max_logprobs" }}{{ $_ := set $entry "max_logprobs" .max_logprobs }}{{ end -}}
 {{- if .price }}{{ $_ := set $entry "price" .price }}{{ end -}}
 {{- $entries = append $entries $entry -}}
 {{- end -}}
@@ -287,4 +289,17 @@ drain, then the flush, in whole seconds. */}}
 preStop:
   exec:
     command: ["sleep", "{{ . }}"]
+{{- end -}}
+
+{{/* Where people reach the admin plane from outside (SLUICEGATE_PUBLIC_URL: the IdP sends them
+back under it): the admin Ingress's host (https when it has TLS), or the admin HTTPRoute's
+hostname (https: a Gateway's listener for people terminates TLS); empty without either. */}}
+{{- define "sluicegate.adminPublicUrl" -}}
+{{- $ingress := .Values.gateway.adminIngress -}}
+{{- $route := .Values.gateway.adminHttpRoute -}}
+{{- if and $ingress.enabled $ingress.host -}}
+{{- printf "%s://%s" (ternary "https" "http" (not (empty $ingress.tls))) $ingress.host -}}
+{{- else if and $route.enabled $route.hostname -}}
+{{- printf "https://%s" $route.hostname -}}
+{{- end -}}
 {{- end -}}

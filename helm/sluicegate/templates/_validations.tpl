@@ -26,6 +26,25 @@ what to do, before anything reaches the cluster. Rendered from validations.yaml.
 {{- if and $v.gateway.adminPort (eq (int $v.gateway.adminPort) (int $v.gateway.port)) -}}
 {{- $errors = append $errors (printf "gateway.adminPort is gateway.port (%d): give the admin plane a port of its own, or 0 to serve it on gateway.port" (int $v.gateway.port)) -}}
 {{- end -}}
+{{- range $name, $entrance := dict "gateway.adminIngress" $v.gateway.adminIngress "gateway.adminHttpRoute" $v.gateway.adminHttpRoute -}}
+{{- if $entrance.enabled -}}
+{{- if not $v.gateway.adminPort -}}
+{{- $errors = append $errors (printf "%s publishes the admin plane, which needs a port of its own: set gateway.adminPort (e.g. 8081)" $name) -}}
+{{- end -}}
+{{- if not (or $entrance.host $entrance.hostname) -}}
+{{- $errors = append $errors (printf "%s needs the admin plane's own host name (%s.%s)" $name $name (ternary "host" "hostname" (hasKey $entrance "host"))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and $v.oidc.clientId (not $v.oidc.issuer) -}}
+{{- $errors = append $errors "oidc.clientId is set without oidc.issuer: set the IdP's issuer" -}}
+{{- end -}}
+{{- if and $v.oidc.issuer (not (or $v.oidc.audience $v.oidc.clientId)) -}}
+{{- $errors = append $errors "oidc.issuer needs oidc.audience (the admin API's audience) or oidc.clientId" -}}
+{{- end -}}
+{{- if and $v.oidc.clientId (not $v.oidc.clientSecret.existingSecret) -}}
+{{- $errors = append $errors "oidc.clientId needs oidc.clientSecret.existingSecret: the console's client secret, by reference" -}}
+{{- end -}}
 {{- if and $v.auth.existingSecret $v.auth.adminToken -}}
 {{- $errors = append $errors "auth.adminToken and auth.existingSecret are both set: give one" -}}
 {{- end -}}
