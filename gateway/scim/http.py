@@ -54,9 +54,11 @@ class ScimRequest:
 
     @property
     def base_url(self) -> str:
-        """Where resources live, for `meta.location` and `$ref`: computed per response, never
-        stored (a Host header names only the asker's own view)."""
-        return str(self.request.base_url).rstrip("/") + BASE_PATH
+        """Where resources live, for `meta.location` and `$ref`: SLUICEGATE_PUBLIC_URL when set
+        (the admin entrance, behind its ingress), else the request's own; computed per response,
+        never stored (a Host header names only the asker's own view)."""
+        base = self.deps.settings.public_url or str(self.request.base_url)
+        return base.rstrip("/") + BASE_PATH
 
     def param(self, name: str) -> str:
         value: str = self.request.path_params[name]

@@ -224,3 +224,11 @@ def test_the_cli_names_scim_as_the_actor(scim_gateway: Gateway, scim: Scim) -> N
     assert table.returncode == 0, table.stderr
     deleted = next(line for line in table.stdout.splitlines() if "scim.user.deleted" in line)
     assert deleted.split()[1] == "SCIM"
+
+
+def test_locations_name_the_public_url_when_set(make_gateway: GatewayFactory) -> None:
+    with make_gateway(scim_token="l" * 40, public_url="https://llm-admin.example.com") as gw:
+        gw.secrets_created.append("l" * 40)
+        scim = Scim(gw.url, token="l" * 40)
+        user = new_user(scim)
+        assert user["meta"]["location"] == f"https://llm-admin.example.com/scim/v2/Users/{user['id']}"
