@@ -232,3 +232,12 @@ def test_locations_name_the_public_url_when_set(make_gateway: GatewayFactory) ->
         scim = Scim(gw.url, token="l" * 40)
         user = new_user(scim)
         assert user["meta"]["location"] == f"https://llm-admin.example.com/scim/v2/Users/{user['id']}"
+
+
+def test_redis_down_is_a_503_in_scims_envelope(make_gateway: GatewayFactory) -> None:
+    with make_gateway(redis_url="redis://127.0.0.1:9/0", scim_token="r" * 40, redis_timeout_s=0.5) as gw:
+        gw.secrets_created.append("r" * 40)
+        scim = Scim(gw.url, token="r" * 40)
+        assert "Redis is unavailable" in scim.error("GET", "/Users", status=503)["detail"]
+        user = {"schemas": [USER], "userName": "x@example.com"}
+        assert scim.error("POST", "/Users", user, status=503)["status"] == "503"
