@@ -90,14 +90,25 @@ def _wants_members(params: ResponseParameters[Any] | None) -> bool:
 
 
 async def shown(r: ScimRequest, group: dict[str, Any], params: ResponseParameters[Any] | None = None) -> Any:
-    data = dict(group)
-    if _wants_members(params):
-        members = await r.deps.directory.store.members(group["id"])
-        if members:
+    (one,) = await shown_many(r, [group], params)
+    return one
+
+
+async def shown_many(
+    r: ScimRequest, groups: list[dict[str, Any]], params: ResponseParameters[Any] | None = None
+) -> list[Any]:
+    """Groups as responses show them, their members read in one round trip for the page."""
+    wanted = _wants_members(params)
+    members = await r.deps.directory.store.members_many([g["id"] for g in groups]) if wanted else []
+    out = []
+    for i, group in enumerate(groups):
+        data = dict(group)
+        if wanted and members[i]:
             data["members"] = [
-                {**entry, "$ref": f"{r.base_url}/Users/{uid}"} for uid, entry in sorted(members.items())
+                {**entry, "$ref": f"{r.base_url}/Users/{uid}"} for uid, entry in sorted(members[i].items())
             ]
-    return render.shown(GroupModel, data, r.base_url, ENDPOINT)
+        out.append(render.shown(GroupModel, data, r.base_url, ENDPOINT))
+    return out
 
 
 async def _change(r: ScimRequest, group_id: str, changes: Changes, *, exact: bool) -> None:
@@ -166,7 +177,7 @@ async def search(r: ScimRequest, query: Any = None) -> Response:
     store = r.deps.directory.store
     if request.filter is None:
         page = await store.page(GROUPS, start, count)
-        found = [await shown(r, g, request) for g in page.items]
+        found = await shown_many(r, page.items, request)
         return render.listing(GroupModel, page.total, start, found, request)
     index, value = indexed_lookup(GROUPS, request.filter)
     group_id = value if index == "id" else await store.find(GROUPS, index, value)

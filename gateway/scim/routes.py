@@ -104,7 +104,7 @@ async def search_everything(r: ScimRequest) -> Response:
     teams = await store.page(GROUPS, max(0, start - people.total), count - len(people.items))
     found = [
         *await users.with_groups(r, people.items),
-        *[await groups.shown(r, g, request) for g in teams.items],
+        *await groups.shown_many(r, teams.items, request),
     ]
     return render.listing(UserModel | GroupModel, people.total + teams.total, start, found, request)
 

@@ -148,13 +148,34 @@ class ScimStore:
         return Page(int(total), items)
 
     async def members(self, group_id: str) -> dict[str, dict[str, Any]]:
-        raw = await self._redis.hgetall(members_key(group_id))
-        return {as_text(uid): _loads(entry) for uid, entry in raw.items()}
+        return (await self.members_many([group_id]))[0]
+
+    async def members_many(self, group_ids: Sequence[str]) -> list[dict[str, dict[str, Any]]]:
+        """Each group's members (user id -> entry), for a page of groups in one round trip."""
+        if not group_ids:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for group_id in group_ids:
+                pipe.hgetall(members_key(group_id))
+            replies = await pipe.execute()
+        return [{as_text(uid): _loads(entry) for uid, entry in raw.items()} for raw in replies]
 
     async def groups_of(self, user_id: str) -> list[dict[str, Any]]:
         """The groups a user is in, as stored (id, displayName...), without their members."""
-        ids = [as_text(g) for g in await self._redis.smembers(memberof_key(user_id))]
-        return await self.get_many(GROUPS, sorted(ids))
+        return (await self.groups_of_many([user_id]))[0]
+
+    async def groups_of_many(self, user_ids: Sequence[str]) -> list[list[dict[str, Any]]]:
+        """Each user's groups, for a page of users in two round trips, not two per user."""
+        if not user_ids:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for user_id in user_ids:
+                pipe.smembers(memberof_key(user_id))
+            memberships = [sorted(as_text(g) for g in ids) for ids in await pipe.execute()]
+        groups = {
+            g["id"]: g for g in await self.get_many(GROUPS, sorted({g for ids in memberships for g in ids}))
+        }
+        return [[groups[g] for g in ids if g in groups] for ids in memberships]
 
     async def tombstoned(self, attribute: str, value: str) -> bool:
         return bool(await self._redis.exists(tombstone_key(attribute, value)))

@@ -47,9 +47,9 @@ def summary(user: dict[str, Any]) -> dict[str, Any]:
 
 
 async def with_groups(r: ScimRequest, users: list[dict[str, Any]]) -> list[Any]:
-    store = r.deps.directory.store
     out = []
-    for user in users:
+    memberships = await r.deps.directory.store.groups_of_many([user["id"] for user in users])
+    for user, member_of in zip(users, memberships, strict=True):
         groups = [
             {
                 "value": g["id"],
@@ -57,7 +57,7 @@ async def with_groups(r: ScimRequest, users: list[dict[str, Any]]) -> list[Any]:
                 "$ref": f"{r.base_url}/Groups/{g['id']}",
                 "type": "direct",
             }
-            for g in await store.groups_of(user["id"])
+            for g in member_of
         ]
         out.append(
             render.shown(UserModel, {**user, "groups": groups} if groups else user, r.base_url, ENDPOINT)

@@ -13,6 +13,7 @@ import redis
 
 from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.redis import keys as redis_keys
+from gateway.scim.models import MAX_RESULTS
 from tests.conftest import GatewayFactory
 from tests.scim.conftest import TOKEN, Scim
 
@@ -86,6 +87,9 @@ def test_requests_read_a_bounded_amount_from_a_large_directory(make_gateway: Gat
         }
         over = {name: cost for name, cost in costs.items() if cost > BOUND_BYTES}
         assert not over, (over, directory_bytes)
+        # A full page reads its own users and their groups: bounded by the page, not the directory.
+        full_page = read_by("GET", q("/Users", startIndex=4_000, count=MAX_RESULTS))
+        assert full_page < MAX_RESULTS * 1024 < directory_bytes / 20, full_page
         total = scim.ok("GET", q("/Users", count=1))["totalResults"]
         assert total == USERS
         assert scim.ok("GET", q("/Groups", count=1))["totalResults"] == GROUPS

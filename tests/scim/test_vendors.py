@@ -27,6 +27,7 @@ def q(path: str, **params: Any) -> str:
 
 def test_okta_provisions_updates_deactivates_and_pushes_groups(scim: Scim) -> None:
     login = f"isaac.brock.{secrets.token_hex(3)}@example.com"
+    okta_id = "00ujl29u0le5" + secrets.token_hex(4)  # Okta's user id: its externalId
     # The connection test: constant parameters.
     assert scim.ok("GET", q("/Users", startIndex=1, count=2))["startIndex"] == 1
     assert scim.ok("GET", q("/Groups", startIndex=1, count=100))["schemas"] == [
@@ -45,7 +46,7 @@ def test_okta_provisions_updates_deactivates_and_pushes_groups(scim: Scim) -> No
             "emails": [{"primary": True, "value": login, "type": "work"}],
             "displayName": "Isaac Brock",
             "locale": "en-US",
-            "externalId": "00ujl29u0le5T6Aj10h7",
+            "externalId": okta_id,
             "groups": [],
             "password": "1mz050nq",
             "active": True,
@@ -68,7 +69,7 @@ def test_okta_provisions_updates_deactivates_and_pushes_groups(scim: Scim) -> No
             "name": {"givenName": "Another", "familyName": "Brock"},
             "emails": [{"primary": True, "value": login, "type": "work"}],
             "active": True,
-            "externalId": "00ujl29u0le5T6Aj10h7",
+            "externalId": okta_id,
         },
     )
     assert replaced["name"]["givenName"] == "Another"
