@@ -11,7 +11,6 @@ import hmac
 import json
 import secrets
 import time
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from gateway.cli import AdminClient, CliError
 from tests.conftest import Gateway, GatewayFactory
 from tests.identity.conftest import oidc_settings, tokens_only
 from tests.identity.idp import AUDIENCE, Idp
+from tests.identity.test_roles import answer
 
 
 def call(gw: Gateway, token: str, path: str = "/admin/v1/me", method: str = "GET", body: Any = None) -> Any:
@@ -29,16 +29,7 @@ def call(gw: Gateway, token: str, path: str = "/admin/v1/me", method: str = "GET
 
 
 def status_of(gw: Gateway, token: str, path: str = "/admin/v1/me") -> tuple[int, dict[str, Any]]:
-    gw.secrets_created.append(token)
-    request = urllib.request.Request(  # noqa: S310 -- loopback
-        f"{gw.url}{path}", headers={"authorization": f"Bearer {token}"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 -- loopback
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read())
+    return answer(gw, token, "GET", path)
 
 
 def _b64(data: bytes) -> str:

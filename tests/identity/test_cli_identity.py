@@ -4,30 +4,16 @@ as the admin token, and `audit` naming who did what with ISO 8601 times."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
-from pathlib import Path
 
+from tests.cli import cli_env, run_cli
 from tests.conftest import Gateway
 from tests.identity.idp import Idp
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def cli(gw: Gateway, token: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICEGATE_")}
-    env.update(SLUICEGATE_URL=gw.url, SLUICEGATE_ADMIN_TOKEN=token)
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
+    return run_cli(cli_env(gw.url, SLUICEGATE_ADMIN_TOKEN=token), *args)
 
 
 def ok(gw: Gateway, token: str, *args: str) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import stat
 import subprocess
 import sys
@@ -20,11 +19,10 @@ import pytest
 
 from gateway.cli.client import CliError
 from gateway.cli.login import _device_flow
+from tests.cli import ROOT, cli_env, run_cli
 from tests.conftest import Gateway, GatewayFactory
 from tests.identity.conftest import oidc_settings
 from tests.identity.idp import Idp
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -33,22 +31,12 @@ def cli_gateway(make_gateway: GatewayFactory, idp: Idp) -> Iterator[Gateway]:
         yield gw
 
 
-def _env(gw: Gateway, home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICEGATE_")}
-    env.update(SLUICEGATE_URL=gw.url, XDG_CONFIG_HOME=str(home), **extra)
-    return env
+def _env(gw: Gateway, home: Path) -> dict[str, str]:
+    return cli_env(gw.url, XDG_CONFIG_HOME=str(home))
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
+    return run_cli(env, *args)
 
 
 def test_login_with_the_device_grant_then_admin_commands_act_as_that_person(

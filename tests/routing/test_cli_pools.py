@@ -7,14 +7,12 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 from gateway.cli import pools_cmds
 from gateway.model_table import HealthConfig, ModelConfig, ModelTable, Timeouts
+from tests.cli import cli_env, run_cli
 from tests.conftest import GatewayFactory
 from tests.routing.conftest import chat
 from tests.routing.worker import ProgrammableWorker
@@ -28,17 +26,7 @@ HEALTH = HealthConfig(failures_to_eject=2, ejection_base=30, ejection_max=60, pr
 
 
 def _pools(url: str, token: str, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICEGATE_")}
-    env |= {"SLUICEGATE_URL": url, "SLUICEGATE_ADMIN_TOKEN": token}
-    done = subprocess.run(
-        [sys.executable, "-m", "gateway", "pools", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=30,
-        check=False,
-    )
+    done = run_cli(cli_env(url, SLUICEGATE_ADMIN_TOKEN=token), "pools", *args, timeout=30)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
