@@ -5,16 +5,14 @@ directory's scripts keep to one hash slot)."""
 
 from __future__ import annotations
 
-import os
 import secrets
-import subprocess
-import sys
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
+from tests.cli import cli_env, run_cli
 from tests.conftest import Gateway, GatewayFactory
 from tests.scim.conftest import Scim, new_group, new_user
 
@@ -208,19 +206,8 @@ def test_concurrent_patches_of_one_user_lose_no_update(scim: Scim) -> None:
 def test_the_cli_names_scim_as_the_actor(scim_gateway: Gateway, scim: Scim) -> None:
     user = new_user(scim)
     scim.ok("DELETE", f"/Users/{user['id']}", status=204)
-    env = {
-        **os.environ,
-        "SLUICEGATE_URL": scim_gateway.url,
-        "SLUICEGATE_ADMIN_TOKEN": scim_gateway.admin_token,
-    }
-    table = subprocess.run(
-        [sys.executable, "-m", "gateway", "audit", "--limit", "2"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=30,
-        check=False,
-    )
+    env = cli_env(scim_gateway.url, SLUICEGATE_ADMIN_TOKEN=scim_gateway.admin_token)
+    table = run_cli(env, "audit", "--limit", "2")
     assert table.returncode == 0, table.stderr
     deleted = next(line for line in table.stdout.splitlines() if "scim.user.deleted" in line)
     assert deleted.split()[1] == "SCIM"
