@@ -43,6 +43,7 @@ from gateway.edge.middleware import RequestContextMiddleware
 from gateway.errors import ErrorCode, GatewayError, from_http_status
 from gateway.http.networks import trusted_networks
 from gateway.identity.bindings import BindingStore
+from gateway.identity.directory import SCIM_TOMBSTONE_TTL_S, Directory
 from gateway.keys.auth import Authenticator, bearer_token
 from gateway.keys.credentials import secret_headers
 from gateway.keys.store import KeyStore
@@ -69,6 +70,8 @@ from gateway.routing.prefix_share import PrefixShare
 from gateway.routing.router import Router
 from gateway.routing.stored_responses import StoredResponses
 from gateway.routing.vtc_store import FairShareStore
+from gateway.scim.routes import scim_mount
+from gateway.scim.store import ScimStore
 from gateway.state import AppState, app_state
 
 log = logging.getLogger("sluicegate.app")
@@ -213,6 +216,13 @@ def create_app(
                 ttl_s=settings.console_session_ttl_s,
                 trusted=trusted_networks(settings.trusted_proxies),
             ),
+            directory=Directory(
+                None
+                if settings.scim_token is None
+                else ScimStore(
+                    redis, tombstone_ttl_s=max(SCIM_TOMBSTONE_TTL_S, settings.console_session_ttl_s)
+                )
+            ),
         )
         invalidations = asyncio.ensure_future(auth.follow_invalidations(redis))
         # Token fair share: every replica charges and reads the same counters (routing/vtc.py),
@@ -328,6 +338,8 @@ def create_app(
             *admin_routes(),
             *admin_model_routes(),
             *role_routes(),
+            # The IdP's provisioning (SCIM 2.0, gateway/scim/): its own token, its own envelope.
+            scim_mount(),
             # The web admin console under /admin/ui/ (gateway/console/): the same store and rules.
             console_mount(settings),
             Route("/metrics", metrics_endpoint, methods=["GET"]),

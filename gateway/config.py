@@ -47,6 +47,9 @@ class Settings:
     # SLUICEGATE_METRICS_TOKEN: /metrics then wants `Authorization: Bearer <token>` (it names
     # teams and worker URLs); None: open, as Prometheus scrapes by default.
     metrics_token: str | None = None
+    # SLUICEGATE_SCIM_TOKEN: the IdP's bearer for /scim/v2 (gateway/scim/); None: SCIM is off and
+    # the directory is neither served nor consulted.
+    scim_token: str | None = None
     max_body_bytes: int = 10 * 1024 * 1024
     # What one body may hold, refused with a 400 before anything walks it: the byte limit alone lets
     # 240,000 tiny messages cost the event loop half a second (gateway/proxy/translation/bounds.py).
@@ -188,6 +191,7 @@ class Settings:
             admin_token=admin_token,
             cache_salt_secret=secret("SLUICEGATE_CACHE_SALT_SECRET"),
             metrics_token=secret("SLUICEGATE_METRICS_TOKEN"),
+            scim_token=secret("SLUICEGATE_SCIM_TOKEN"),
             admin_max_failures=number("SLUICEGATE_ADMIN_MAX_FAILURES", defaults.admin_max_failures, int),
             host=env.get("SLUICEGATE_HOST") or defaults.host,
             port=port,

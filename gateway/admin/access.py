@@ -9,12 +9,16 @@ A bearer shaped like a JWT is checked as one and never counted as a wrong admin-
 person's expired token must not lock their office's address out); anything else is compared with
 the admin token in constant time, and an address that keeps guessing is throttled
 (gateway/admin/throttle.py). Roles are read from Redis on every call, so a removed binding takes
-effect on every replica at once. Tokens never reach a log: only why one was refused.
+effect on every replica at once. So is a person's standing in the SCIM directory
+(gateway/identity/directory.py): deactivated or deleted there, they are refused even with a
+still-valid IdP token; their SCIM groups join their token's groups. Tokens never reach a log:
+only why one was refused.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -27,6 +31,7 @@ from starlette.types import Scope
 from gateway.admin.throttle import AdminThrottle
 from gateway.errors import ErrorCode, GatewayError
 from gateway.identity.bindings import BindingStore, grants
+from gateway.identity.directory import Directory
 from gateway.identity.oidc import OidcSettings
 from gateway.identity.principal import BREAK_GLASS, Kind, Principal
 from gateway.identity.roles import ACTIONS, Action, Grant, Permissions, Role
@@ -71,12 +76,14 @@ class AdminAccess:
         bindings: BindingStore,
         keystore: KeyStore,
         throttle: AdminThrottle,
+        directory: Directory | None = None,
     ) -> None:
         self._admin_digest = _digest(admin_token) if admin_token else None
         self._oidc = oidc
         self._verifier = verifier
         self.verifier = verifier  # the console's sign-in checks ID tokens with it (console/sso.py)
         self._bindings = bindings
+        self._directory = directory or Directory(None)
         self._keystore = keystore
         self.throttle = throttle
 
@@ -107,8 +114,23 @@ class AdminAccess:
                     exc.reason,
                 )
                 raise
+            principal = await self.in_directory(principal)
             return Caller(principal, await self.permissions(principal), peer)
         self._wrong_admin_token(request, peer, presented=bool(given))
+
+    async def in_directory(self, principal: Principal) -> Principal:
+        """`principal` with their SCIM groups added; a 401 when the directory deactivated or
+        deleted them (their IdP token may still be valid for an hour)."""
+        standing = await self._directory.standing(principal)
+        if standing.active is False:
+            raise GatewayError(
+                ErrorCode.ADMIN_UNAUTHORIZED,
+                "Your account is deactivated in the company directory (SCIM): ask your IdP's "
+                "administrator to reactivate it.",
+            )
+        if not standing.groups:
+            return principal
+        return dataclasses.replace(principal, groups=principal.groups | standing.groups)
 
     @property
     def token_fingerprint(self) -> str:
@@ -117,12 +139,17 @@ class AdminAccess:
 
     async def caller_for(self, principal: Principal, peer: str, *, bound_to: str = "") -> Caller | None:
         """The caller a console session holds, as of now: None when it may no longer act (the
-        admin token it signed in with changed, OIDC is off, the person was deactivated)."""
+        admin token it signed in with changed, OIDC is off, the person was deactivated or deleted
+        in the SCIM directory, which is read on every request as for the admin API)."""
         if principal.kind is Kind.TOKEN:
             if not self.token_fingerprint or not hmac.compare_digest(bound_to, self.token_fingerprint):
                 return None
             return Caller(BREAK_GLASS, _BREAK_GLASS_PERMISSIONS, peer)
         if self._verifier is None or principal.kind is not Kind.PERSON:
+            return None
+        try:
+            principal = await self.in_directory(principal)
+        except GatewayError:
             return None
         return Caller(principal, await self.permissions(principal), peer)
 

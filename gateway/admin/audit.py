@@ -6,15 +6,16 @@ sg:audit  STREAM  newest last, trimmed to about SLUICEGATE_AUDIT_MAX_ENTRIES (XA
 
 An entry's fields:
   action   team.created, team.updated, team.deleted, key.created, key.updated, key.rotated,
-           key.revoked, role.bound, role.unbound
+           key.revoked, role.bound, role.unbound; scim.user.created, scim.user.replaced,
+           scim.user.patched, scim.user.deleted and the same for scim.group (gateway/scim/)
   team     the team's name; empty for a change that is no team's (a platform role's binding)
   key_id   the key's id; empty for a team's own change
   changes  JSON {field: [old, new]}: limits (`model_limits.<model>` per model), budgets, weight,
            a key's name, models and expiry, a rotation's grace and a revocation's time
   actor    JSON: who asked (gateway/identity/principal.py): {"kind": "person", "sub", "email",
            "name", "issuer"}, {"kind": "service", "client_id", "issuer"}, {"kind": "token"} (the
-           break-glass admin token) or {"kind": "system"}; entries written before actors were
-           recorded show null
+           break-glass admin token), {"kind": "scim"} (provisioning) or {"kind": "system"};
+           entries written before actors were recorded show null
   peer     from where: the TCP peer, or behind a trusted proxy (SLUICEGATE_TRUSTED_PROXIES) the
            nearest X-Forwarded-For hop that is not one (gateway/admin/throttle.py)
 

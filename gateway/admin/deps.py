@@ -13,6 +13,7 @@ from gateway.config import Settings
 from gateway.console.session import Sessions
 from gateway.http.networks import trusted_networks
 from gateway.identity.bindings import BindingStore
+from gateway.identity.directory import Directory
 from gateway.identity.oidc import JwksCache
 from gateway.identity.tokens import TokenVerifier
 from gateway.keys.auth import Authenticator
@@ -33,6 +34,8 @@ class AdminDeps:
     audit: AuditLog  # every change written down, as a step of the change (gateway/keys/steps.py)
     bindings: BindingStore  # who holds which role (gateway/identity/bindings.py)
     sessions: Sessions  # the console's sign-ins (gateway/console/session.py)
+    # The SCIM directory: who is still active, and their groups (gateway/identity/directory.py).
+    directory: Directory
     # Failed admin-token attempts per client address: one per app, so built here from the settings.
     throttle: AdminThrottle = field(init=False)
     # Who is calling and what they may do: the admin token, or an IdP's access token (one JWKS
@@ -55,6 +58,7 @@ class AdminDeps:
             oidc=settings.oidc,
             verifier=verifier,
             bindings=self.bindings,
+            directory=self.directory,
             keystore=self.keystore,
             throttle=throttle,
         )

@@ -171,9 +171,10 @@ def actor() -> Schema:
         "type": "object",
         "required": ["kind"],
         "description": "person (sub, email, name, issuer), service (client_id, issuer), token "
-        "(the break-glass admin token) or system; null before actors were recorded.",
+        "(the break-glass admin token), scim (the identity provider's provisioning) or system; null "
+        "before actors were recorded.",
         "properties": {
-            "kind": {"enum": ["person", "service", "token", "system", "anonymous"]},
+            "kind": {"enum": ["person", "service", "token", "scim", "system", "anonymous"]},
             "sub": nullable({"type": "string"}),
             "email": nullable({"type": "string"}),
             "name": nullable({"type": "string"}),

@@ -141,6 +141,21 @@ class BindingStore:
             return None
         return RoleBinding.from_json(raw)
 
+    async def remove_user(self, *, subject: str | None, emails: Iterable[str]) -> list[RoleBinding]:
+        """Removes every user binding that names this person, as `matches` would: their subject
+        exactly, or one of their emails in any case (a SCIM user deleted, gateway/scim/users.py).
+        Returns the bindings removed."""
+        folded = {e.lower() for e in emails if e}
+        gone = [
+            b
+            for b in await self.all()
+            if b.subject_kind is Subject.USER
+            and ((subject is not None and b.subject == subject) or b.subject.lower() in folded)
+        ]
+        if gone:
+            await self._redis.hdel(redis_keys.role_bindings(), *(b.id for b in gone))
+        return gone
+
 
 def grants(
     principal: Principal,

@@ -5,6 +5,7 @@ service  an IdP's access token from the client-credentials grant: its subject is
          (RFC 9068 §2.2), never presented as a person
 token    the break-glass SLUICEGATE_ADMIN_TOKEN: nobody in particular
 system   the gateway itself
+scim     the identity provider's SCIM client (SLUICEGATE_SCIM_TOKEN, gateway/scim/): provisioning
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class Kind(enum.StrEnum):
     TOKEN = "token"  # noqa: S105 -- a kind of caller, not a secret
     SYSTEM = "system"
     ANONYMOUS = "anonymous"
+    SCIM = "scim"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +78,12 @@ class Principal:
 BREAK_GLASS = Principal(Kind.TOKEN)
 SYSTEM = Principal(Kind.SYSTEM)
 ANONYMOUS = Principal(Kind.ANONYMOUS)
+SCIM = Principal(Kind.SCIM)
 
 
 def describe(actor: Mapping[str, Any] | None) -> str:
     """An actor in a few words, as the CLI and the console show it: `alice@example.com (Alice)`,
-    `service ci-bot`, `admin token`, `system`; `-` for an entry from before actors were kept."""
+    `service ci-bot`, `admin token`, `SCIM`, `system`; `-` for an entry from before actors were kept."""
     if not actor:
         return "-"
     kind = actor.get("kind")
@@ -91,4 +94,6 @@ def describe(actor: Mapping[str, Any] | None) -> str:
         return f"service {actor.get('client_id') or '?'}"
     if kind == "token":
         return "admin token"
+    if kind == "scim":
+        return "SCIM"
     return str(kind or "-")

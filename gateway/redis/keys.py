@@ -135,3 +135,12 @@ def console_oidc_flow(state: str) -> str:
 
 # The console's session secret, when SLUICEGATE_SESSION_SECRET is not set (gateway/console/session.py).
 CONSOLE_SESSION_SECRET = f"{PREFIX}:console:session-secret"
+
+
+def scim(*parts: str) -> str:
+    """The SCIM directory (gateway/scim/store.py names each key it uses): users, groups, their
+    indexes, memberships and the tombstones of deleted users. Every key shares the `{scim}` hash
+    tag, so each of the directory's scripts (scim_*.lua) runs on one Redis Cluster slot: ten
+    thousand users and a thousand groups fit one node easily. A part may hold any text (a
+    userName, a group's id); the tag comes first, so nothing in a part can move the slot."""
+    return ":".join((f"{PREFIX}:{{scim}}", *parts))

@@ -47,6 +47,7 @@ def served(redis_server: EmbeddedRedis, fake_worker: str, tmp_path: Path) -> Ite
         "SLUICEGATE_REDIS_URL": redis_server.url,
         "SLUICEGATE_CONFIG": str(config),
         "SLUICEGATE_ADMIN_TOKEN": token,
+        "SLUICEGATE_SCIM_TOKEN": "scim-" + token,
         "SLUICEGATE_HOST": "127.0.0.1",
         "SLUICEGATE_PORT": str(port),
         "SLUICEGATE_ADMIN_PORT": str(admin_port),
@@ -111,6 +112,10 @@ def test_admin_plane_answers_on_its_own_port_only(served: TwoPorts) -> None:
         named = missing.json()["error"]["message"].split("serves:")[1]
         assert "/admin/" not in named, named
         assert "/metrics" not in named, named
+    # SCIM, the IdP's provisioning: the admin port only, like the admin API.
+    scim = get(f"{served.admin}/scim/v2/ServiceProviderConfig", key="scim-" + served.token)
+    assert scim.json()["patch"] == {"supported": True}
+    assert get(f"{served.client}/scim/v2/ServiceProviderConfig", key="scim-" + served.token).status == 404
 
     # GET / on each listener names what it serves.
     assert get(f"{served.client}/").json()["client_apis"]["openai"] == "/v1"

@@ -24,6 +24,8 @@ def _app_operations() -> set[tuple[str, str]]:
     for route in app.routes:
         if isinstance(route, Mount) and route.path == "/admin/ui":
             continue  # the web console's HTML pages (gateway/console/): not API operations
+        if isinstance(route, Mount) and route.path == "/scim/v2":
+            continue  # SCIM (RFC 7644, gateway/scim/): described by its own discovery endpoints
         assert isinstance(route, Route), route
         # Starlette adds HEAD to every GET route by itself: not an operation of its own.
         # A path convertor (`{model:path}`) is Starlette's, not part of the documented template.
