@@ -116,6 +116,15 @@ def document(apis: Sequence[OpenApiPart]) -> Schema:
                     "description": "A lower priority band (1-9) for this request when its pool is "
                     "saturated: it can only lower the key's and team's band; anything else is ignored.",
                 },
+                "Deadline": {
+                    "name": "x-sluicegate-deadline-ms",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 86_400_000},
+                    "description": "Milliseconds this request can wait for its first token: in a saturated "
+                    "pool it goes before its team's requests with later deadlines, and one that cannot "
+                    "get a slot in time is refused at once (503 deadline_unreachable). Else a 400.",
+                },
             },
             "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer", "description": "A key from the admin API."},

@@ -6,7 +6,8 @@ usable endpoint is full a request waits in the pool's queue, weighted fair acros
 tokens each team was served, on counters every replica shares (`fairness: tokens`, the default:
 tokenqueue.py, vtc.py), or by request count on this replica (`requests`: fairqueue.py). A freed
 slot goes straight to the next waiter (`drain`), never to a newcomer, so arriving later cannot
-mean being served sooner.
+mean being served sooner. A request with a deadline that the queue cannot meet is refused at once,
+on arrival or while it waits (gateway/routing/deadline.py).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.model_table import ModelConfig, PoolConfig
 from gateway.observability.metrics import Metrics
 from gateway.routing import health
+from gateway.routing.deadline import HOLD_ALPHA, DeadlineWatch, unreachable, wait_estimate
 from gateway.routing.dispatch import TokenDispatch
 from gateway.routing.endpoint import Endpoint, EndpointState
-from gateway.routing.fairqueue import FairQueue, QueueFull, QueueTimeout
+from gateway.routing.fairqueue import DeadlineUnreachable, FairQueue, QueueFull, QueueTimeout
 from gateway.routing.policy import POLICIES, SCRAPED_POLICIES, Policy, RouteRequest
 from gateway.routing.prefix import PrefixRouting
 from gateway.routing.share import ShareTicket
@@ -80,6 +82,10 @@ class Pool:
         else:
             self.queue = FairQueue(model.routing.max_queue, on_orphan=self.release, clock=clock)
         self._queue_wait = metrics.queue_wait_seconds.labels(self.name)
+        # Seconds a request holds a slot, a moving average (None: none released yet): the queue's
+        # service rate, which the deadline estimate reads.
+        self.hold_s: float | None = None
+        self._deadlines = DeadlineWatch(self._refuse_late, lambda: self.queue.with_deadline > 0)
         self.endpoints: list[Endpoint] = []
         self._by_url: dict[str, Endpoint] = {}
         self._ejected: list[Endpoint] = []
@@ -139,6 +145,7 @@ class Pool:
 
     def close(self) -> None:
         """The pool is gone (its model was removed or replaced without it): drop its series."""
+        self._deadlines.close()
         if self.tokens is not None:
             self.tokens.close()
         for endpoint in self.endpoints:
@@ -146,10 +153,20 @@ class Pool:
             endpoint.refresh()
             self._forget_endpoint_series(endpoint)
         m = self._metrics
-        per_pool = (m.pool_healthy_endpoints, m.pool_queue_depth, m.queue_wait_seconds, m.upstream_retries)
+        per_pool = (
+            m.pool_healthy_endpoints,
+            m.pool_queue_depth,
+            m.queue_wait_seconds,
+            m.upstream_retries,
+            m.deadline_misses,
+            m.deadline_estimate_error,
+        )
         for metric in per_pool:
             with contextlib.suppress(KeyError):
                 metric.remove(self.name)
+        for stage in _DEADLINE_STAGES:
+            with contextlib.suppress(KeyError):
+                m.deadline_refusals.remove(self.name, stage)
         for state in EndpointState:
             with contextlib.suppress(KeyError):
                 m.pool_endpoints.remove(self.name, state.value)
@@ -266,19 +283,38 @@ class Pool:
         if got is not None:
             return got
         started = self._clock()
+        ticket = _ticket(route)
+        queue = self.queue
+        estimate = self.wait_estimate(queue.ahead(ticket) if isinstance(queue, TokenQueue) else len(queue))
+        timeout, by_deadline = max_wait, False
+        if ticket.deadline is not None:
+            left = ticket.deadline - started
+            if left <= 0 or (estimate is not None and estimate > left):
+                raise self._deadline_refused("arrival", estimate)
+            if left < max_wait:
+                timeout, by_deadline = left, True
+            self._deadlines.poke()
         try:
-            if isinstance(self.queue, TokenQueue):
-                endpoint = await self.queue.wait(_ticket(route), max_wait)
+            if isinstance(queue, TokenQueue):
+                endpoint = await queue.wait(ticket, timeout)
             else:
-                endpoint = await self.queue.wait(route.team, route.share_weight, max_wait)
+                endpoint = await queue.wait(route.team, route.share_weight, timeout)
         except QueueFull:
             self._metrics.queue_rejections.labels(self.name, "full").inc()
             raise self._saturated(ErrorCode.POOL_SATURATED, "its queue is full") from None
+        except DeadlineUnreachable as exc:
+            self._queue_wait.observe(self._clock() - started)
+            raise self._deadline_refused("queued", exc.estimate_s) from None
         except QueueTimeout:
             self._queue_wait.observe(self._clock() - started)
+            if by_deadline:  # its deadline passed while it waited: refused as such, never silently
+                raise self._deadline_refused("queued", None) from None
             self._metrics.queue_rejections.labels(self.name, "timeout").inc()
             raise self._saturated(ErrorCode.QUEUE_TIMEOUT, f"none was free within {max_wait:g}s") from None
-        self._queue_wait.observe(self._clock() - started)
+        waited = self._clock() - started
+        self._queue_wait.observe(waited)
+        if estimate is not None:
+            self._metrics.deadline_estimate_error.labels(self.name).observe(waited - estimate)
         if deferred is not None:
             deferred.append(route)
         elif self.prefix is not None:
@@ -297,10 +333,35 @@ class Pool:
             headers={"retry-after": "1"},
         )
 
-    def release(self, endpoint: Endpoint) -> None:
+    def release(self, endpoint: Endpoint, held_s: float | None = None) -> None:
+        """`held_s`: how long the request held the slot (a request served: the service rate)."""
         endpoint.inflight -= 1
+        if held_s is not None:
+            hold = self.hold_s
+            self.hold_s = held_s if hold is None else hold + HOLD_ALPHA * (held_s - hold)
         if self.queue:
             self.drain()
+
+    # -- deadlines ----------------------------------------------------------------------------
+
+    def wait_estimate(self, ahead: int) -> float | None:
+        """Seconds a request behind `ahead` waiters waits for a slot (None: not known yet)."""
+        return wait_estimate(ahead, self.hold_s, self.healthy_count() * self.max_inflight)
+
+    def _refuse_late(self) -> None:
+        """DeadlineWatch's check: waiters that can no longer make their deadline leave now."""
+        queue = self.queue
+        if isinstance(queue, TokenQueue):
+            for waiter, wait in queue.late(self._clock(), self.wait_estimate):
+                queue.refuse(waiter, wait)
+
+    def _deadline_refused(self, stage: str, estimate: float | None) -> GatewayError:
+        self._metrics.deadline_refusals.labels(self.name, stage).inc()
+        return unreachable(self.model.name, estimate)
+
+    def deadline_missed(self) -> None:
+        """A request's first output came after its deadline."""
+        self._metrics.deadline_misses.labels(self.name).inc()
 
     def drain(self) -> None:
         """Hands free slots to waiters, oldest fair share first."""
@@ -360,6 +421,7 @@ class Pool:
 
 
 # A queued request takes whichever slot frees first: drain() routes for no request in particular.
+_DEADLINE_STAGES = ("arrival", "queued")  # where a deadline refusal came: the label's values
 _ANY_REQUEST = RouteRequest("")
 
 
