@@ -6,6 +6,7 @@ with the queue's own wait at 600 s"."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -26,6 +27,10 @@ def _assert_unreachable(reply: Any) -> None:
     error = reply.json()["error"]
     assert (error["code"], error["type"]) == ("deadline_unreachable", "upstream_error")
     assert int(reply.headers["retry-after"]) >= 1
+
+
+def _queued(gw: Gateway, depth: int) -> bool:
+    return metric(gw, "sluicegate_pool_queue_depth", pool="m") == depth
 
 
 def test_a_deadline_that_passes_while_queued_is_refused_then_not_at_max_queue_wait(
@@ -131,7 +136,7 @@ def test_a_teams_urgent_requests_overtake_its_others(
             thread = threading.Thread(target=chat, args=(gw, key), kwargs={"user": user, "headers": headers})
             thread.start()
             threads.append(thread)
-            wait_until(lambda d=depth: metric(gw, "sluicegate_pool_queue_depth", pool="m") == d, 10, "queued")
+            wait_until(functools.partial(_queued, gw, depth), 10, "queued")
         worker.hold = False
         for thread in threads:
             thread.join(timeout=20)
