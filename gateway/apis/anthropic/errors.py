@@ -27,6 +27,7 @@ _MAPPING: dict[ErrorCode, tuple[str, int]] = {
     ErrorCode.ADMIN_UNAUTHORIZED: ("authentication_error", 401),
     ErrorCode.MODEL_NOT_ALLOWED: ("permission_error", 403),
     ErrorCode.ADMIN_DISABLED: ("permission_error", 403),
+    ErrorCode.FORBIDDEN: ("permission_error", 403),
     ErrorCode.MODEL_NOT_FOUND: ("not_found_error", 404),
     ErrorCode.NOT_FOUND: ("not_found_error", 404),
     ErrorCode.TEAM_NOT_FOUND: ("not_found_error", 404),
@@ -50,6 +51,7 @@ _MAPPING: dict[ErrorCode, tuple[str, int]] = {
     ErrorCode.DEADLINE_UNREACHABLE: ("overloaded_error", OVERLOADED),
     ErrorCode.SHUTTING_DOWN: ("overloaded_error", OVERLOADED),
     ErrorCode.SERVER_BUSY: ("overloaded_error", OVERLOADED),
+    ErrorCode.IDP_UNAVAILABLE: ("api_error", 503),
     ErrorCode.UPSTREAM_TIMEOUT: ("api_error", 504),
 }
 
