@@ -156,6 +156,47 @@ def test_a_key_default_deadline_overrides_its_teams(
         assert worker.requests == 1
 
 
+def test_a_first_output_after_the_deadline_is_counted_as_a_miss(
+    make_gateway: GatewayFactory, workers: WorkerFactory
+) -> None:
+    """An idle pool takes the request at once, but the worker answers after >= 0.5 s: a 100 ms
+    deadline is missed, whole answer or stream, and counted; a 60 s one is not."""
+    _, url = workers(delay_s=0.5)
+    table = ModelTable((ModelConfig(name="m", endpoints=(url,)),))
+    with make_gateway(table) as gw:
+        key = gw.new_key()["key"]
+        assert chat(gw, key, headers={DEADLINE: "100"}).status == 200
+        assert chat(gw, key, stream=True, headers={DEADLINE: "100"}).status == 200
+        assert chat(gw, key, headers={DEADLINE: "60000"}).status == 200
+        assert metric(gw, "sluicegate_deadline_misses_total", pool="m") == 2
+        assert metric(gw, "sluicegate_deadline_refusals_total") == 0
+
+
+def test_a_request_count_fair_pool_refuses_at_the_deadline_too(
+    make_gateway: GatewayFactory, workers: WorkerFactory
+) -> None:
+    """`fairness: requests` keeps each team FIFO, but a deadline still ends the wait."""
+    worker, url = workers()
+    worker.hold = True
+    routing = RoutingConfig(
+        max_inflight_per_endpoint=1, max_queue=10, max_queue_wait=600, fairness="requests"
+    )
+    table = ModelTable((ModelConfig(name="m", endpoints=(url,), routing=routing),))
+    with make_gateway(table) as gw:
+        key = gw.new_key()["key"]
+        holder = threading.Thread(target=chat, args=(gw, key))
+        holder.start()
+        try:
+            wait_until(lambda: metric(gw, "sluicegate_endpoint_inflight", pool="m") == 1, 10, "slot taken")
+            _assert_unreachable(chat(gw, key, headers={DEADLINE: "1500"}))
+            assert metric(gw, "sluicegate_deadline_refusals_total", pool="m", stage="queued") == 1
+            assert metric(gw, "sluicegate_endpoint_inflight", pool="m") == 1
+        finally:
+            worker.hold = False
+            holder.join(timeout=10)
+        assert worker.requests == 1
+
+
 @pytest.mark.parametrize("value", [0, -1, 1.5, "soon", True, 86_400_001])
 def test_a_bad_default_deadline_is_a_400_naming_it(gateway: Gateway, value: Any) -> None:
     team = gateway.new_team()
