@@ -60,7 +60,7 @@ async def run(load: float, share: float, requests: int, *, fixed: bool, seed: in
         if got is None:
             # What acquire() estimates, in the same loop step (nothing moves in between).
             assert isinstance(pool.queue, TokenQueue)  # fairness: tokens, the default
-            estimate = pool.wait_estimate(pool.queue.ahead(ticket))
+            estimate = pool.deadlines.estimate(pool.queue.ahead(ticket))
             try:
                 got = await pool.acquire(route, rng, (), 60)
             except GatewayError as error:

@@ -73,7 +73,7 @@ class UpstreamResponse:
     def first_output(self) -> None:
         """The answer's first output is here: counted as a miss if it came after its deadline."""
         if self.deadline is not None and time.monotonic() > self.deadline:
-            self.pool.deadline_missed()
+            self.pool.deadlines.missed()
 
     def failed(self, error: GatewayError | None, *, provoked: bool = False) -> None:
         """A stream that ended before its first output: timing out, or an event too large (a long

@@ -25,17 +25,23 @@ error shows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import Callable
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.limits.spec import MAX_DEADLINE_MS
+from gateway.observability.metrics import Metrics
+from gateway.routing.fairqueue import FairQueue
+from gateway.routing.share import ShareTicket
+from gateway.routing.tokenqueue import TokenQueue
 
 DEADLINE_HEADER = "x-sluicegate-deadline-ms"
 # Weight of the newest slot hold in the moving average: about the last ten requests count.
 HOLD_ALPHA = 0.2
 # A queue that moves fast is re-checked at most this often (the deadline's own timer is exact).
 RECHECK_S = 0.05
+STAGES = ("arrival", "queued")  # where a refusal came: sluicegate_deadline_refusals_total's label
 
 
 def deadline_ms(header: str | None, key_default: int | None, team_default: int | None) -> int | None:
@@ -98,3 +104,72 @@ class DeadlineWatch:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+
+
+class PoolDeadlines:
+    """One pool's deadlines: the estimate of its queue's wait, the refusals, the re-check of its
+    waiters and the metrics. `hold()`: the pool's moving average of a slot's hold (the pool keeps
+    it, inline on every release); `slots()`: its usable slots now."""
+
+    def __init__(
+        self,
+        pool: str,
+        model: str,
+        metrics: Metrics,
+        queue: FairQueue[object] | TokenQueue[object],
+        *,
+        hold: Callable[[], float | None],
+        slots: Callable[[], int],
+        clock: Callable[[], float],
+    ) -> None:
+        self._pool, self._model, self._metrics = pool, model, metrics
+        self._queue = queue
+        self._hold, self._slots, self._clock = hold, slots, clock
+        self._watch = DeadlineWatch(self._refuse_late, lambda: queue.with_deadline > 0)
+
+    def estimate(self, ahead: int) -> float | None:
+        """Seconds a request behind `ahead` waiters waits for a slot (None: not known yet)."""
+        return wait_estimate(ahead, self._hold(), self._slots())
+
+    def arrival(self, ticket: ShareTicket, now: float, max_wait: float) -> tuple[float | None, float, bool]:
+        """A request joins the queue: (its estimated wait, how long it may wait, whether that is
+        its deadline's); raises the 503 when its deadline cannot be met."""
+        queue = self._queue
+        estimate = self.estimate(queue.ahead(ticket) if isinstance(queue, TokenQueue) else len(queue))
+        if ticket.deadline is None:
+            return estimate, max_wait, False
+        left = ticket.deadline - now
+        if left <= 0 or (estimate is not None and estimate > left):
+            raise self.refused("arrival", estimate)
+        self._watch.poke()
+        return (estimate, left, True) if left < max_wait else (estimate, max_wait, False)
+
+    def refused(self, stage: str, estimate: float | None) -> GatewayError:
+        self._metrics.deadline_refusals.labels(self._pool, stage).inc()
+        return unreachable(self._model, estimate)
+
+    def served(self, waited: float, estimate: float | None) -> None:
+        """A queued request got its slot after `waited` s: the estimate's error."""
+        if estimate is not None:
+            self._metrics.deadline_estimate_error.labels(self._pool).observe(waited - estimate)
+
+    def missed(self) -> None:
+        """A request's first output came after its deadline."""
+        self._metrics.deadline_misses.labels(self._pool).inc()
+
+    def _refuse_late(self) -> None:
+        """DeadlineWatch's check: waiters that can no longer make their deadline leave now."""
+        queue = self._queue
+        if isinstance(queue, TokenQueue):
+            for waiter, wait in queue.late(self._clock(), self.estimate):
+                queue.refuse(waiter, wait)
+
+    def close(self) -> None:
+        self._watch.close()
+        m = self._metrics
+        for metric in (m.deadline_misses, m.deadline_estimate_error):
+            with contextlib.suppress(KeyError):
+                metric.remove(self._pool)
+        for stage in STAGES:
+            with contextlib.suppress(KeyError):
+                m.deadline_refusals.remove(self._pool, stage)

@@ -24,7 +24,7 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.model_table import ModelConfig, PoolConfig
 from gateway.observability.metrics import Metrics
 from gateway.routing import health
-from gateway.routing.deadline import HOLD_ALPHA, DeadlineWatch, unreachable, wait_estimate
+from gateway.routing.deadline import HOLD_ALPHA, PoolDeadlines
 from gateway.routing.dispatch import TokenDispatch
 from gateway.routing.endpoint import Endpoint, EndpointState
 from gateway.routing.fairqueue import DeadlineUnreachable, FairQueue, QueueFull, QueueTimeout
@@ -85,7 +85,15 @@ class Pool:
         # Seconds a request holds a slot, a moving average (None: none released yet): the queue's
         # service rate, which the deadline estimate reads.
         self.hold_s: float | None = None
-        self._deadlines = DeadlineWatch(self._refuse_late, lambda: self.queue.with_deadline > 0)
+        self.deadlines = PoolDeadlines(
+            self.name,
+            model.name,
+            metrics,
+            cast("FairQueue[object] | TokenQueue[object]", self.queue),
+            hold=lambda: self.hold_s,
+            slots=lambda: self.healthy_count() * self.max_inflight,
+            clock=clock,
+        )
         self.endpoints: list[Endpoint] = []
         self._by_url: dict[str, Endpoint] = {}
         self._ejected: list[Endpoint] = []
@@ -145,7 +153,7 @@ class Pool:
 
     def close(self) -> None:
         """The pool is gone (its model was removed or replaced without it): drop its series."""
-        self._deadlines.close()
+        self.deadlines.close()
         if self.tokens is not None:
             self.tokens.close()
         for endpoint in self.endpoints:
@@ -158,15 +166,10 @@ class Pool:
             m.pool_queue_depth,
             m.queue_wait_seconds,
             m.upstream_retries,
-            m.deadline_misses,
-            m.deadline_estimate_error,
         )
         for metric in per_pool:
             with contextlib.suppress(KeyError):
                 metric.remove(self.name)
-        for stage in _DEADLINE_STAGES:
-            with contextlib.suppress(KeyError):
-                m.deadline_refusals.remove(self.name, stage)
         for state in EndpointState:
             with contextlib.suppress(KeyError):
                 m.pool_endpoints.remove(self.name, state.value)
@@ -285,15 +288,7 @@ class Pool:
         started = self._clock()
         ticket = _ticket(route)
         queue = self.queue
-        estimate = self.wait_estimate(queue.ahead(ticket) if isinstance(queue, TokenQueue) else len(queue))
-        timeout, by_deadline = max_wait, False
-        if ticket.deadline is not None:
-            left = ticket.deadline - started
-            if left <= 0 or (estimate is not None and estimate > left):
-                raise self._deadline_refused("arrival", estimate)
-            if left < max_wait:
-                timeout, by_deadline = left, True
-            self._deadlines.poke()
+        estimate, timeout, by_deadline = self.deadlines.arrival(ticket, started, max_wait)
         try:
             if isinstance(queue, TokenQueue):
                 endpoint = await queue.wait(ticket, timeout)
@@ -304,17 +299,16 @@ class Pool:
             raise self._saturated(ErrorCode.POOL_SATURATED, "its queue is full") from None
         except DeadlineUnreachable as exc:
             self._queue_wait.observe(self._clock() - started)
-            raise self._deadline_refused("queued", exc.estimate_s) from None
+            raise self.deadlines.refused("queued", exc.estimate_s) from None
         except QueueTimeout:
             self._queue_wait.observe(self._clock() - started)
             if by_deadline:  # its deadline passed while it waited: refused as such, never silently
-                raise self._deadline_refused("queued", None) from None
+                raise self.deadlines.refused("queued", None) from None
             self._metrics.queue_rejections.labels(self.name, "timeout").inc()
             raise self._saturated(ErrorCode.QUEUE_TIMEOUT, f"none was free within {max_wait:g}s") from None
         waited = self._clock() - started
         self._queue_wait.observe(waited)
-        if estimate is not None:
-            self._metrics.deadline_estimate_error.labels(self.name).observe(waited - estimate)
+        self.deadlines.served(waited, estimate)
         if deferred is not None:
             deferred.append(route)
         elif self.prefix is not None:
@@ -341,27 +335,6 @@ class Pool:
             self.hold_s = held_s if hold is None else hold + HOLD_ALPHA * (held_s - hold)
         if self.queue:
             self.drain()
-
-    # -- deadlines ----------------------------------------------------------------------------
-
-    def wait_estimate(self, ahead: int) -> float | None:
-        """Seconds a request behind `ahead` waiters waits for a slot (None: not known yet)."""
-        return wait_estimate(ahead, self.hold_s, self.healthy_count() * self.max_inflight)
-
-    def _refuse_late(self) -> None:
-        """DeadlineWatch's check: waiters that can no longer make their deadline leave now."""
-        queue = self.queue
-        if isinstance(queue, TokenQueue):
-            for waiter, wait in queue.late(self._clock(), self.wait_estimate):
-                queue.refuse(waiter, wait)
-
-    def _deadline_refused(self, stage: str, estimate: float | None) -> GatewayError:
-        self._metrics.deadline_refusals.labels(self.name, stage).inc()
-        return unreachable(self.model.name, estimate)
-
-    def deadline_missed(self) -> None:
-        """A request's first output came after its deadline."""
-        self._metrics.deadline_misses.labels(self.name).inc()
 
     def drain(self) -> None:
         """Hands free slots to waiters, oldest fair share first."""
@@ -421,7 +394,6 @@ class Pool:
 
 
 # A queued request takes whichever slot frees first: drain() routes for no request in particular.
-_DEADLINE_STAGES = ("arrival", "queued")  # where a deadline refusal came: the label's values
 _ANY_REQUEST = RouteRequest("")
 
 
