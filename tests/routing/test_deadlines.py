@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
-from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
+from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, SessionLog
 from tests.http import post
 from tests.routing.conftest import WorkerFactory, chat, metric
 from tests.routing.test_fair_share import _one_slot_taken
@@ -34,7 +34,7 @@ def _queued(gw: Gateway, depth: int) -> bool:
 
 
 def test_a_deadline_that_passes_while_queued_is_refused_then_not_at_max_queue_wait(
-    make_gateway: GatewayFactory, workers: WorkerFactory
+    make_gateway: GatewayFactory, workers: WorkerFactory, session_log: SessionLog
 ) -> None:
     """The pool has served nothing yet (no estimate), so the request queues, and its deadline's
     own timer ends its wait: a deadline_unreachable while the slot is still held and the queue's
@@ -47,6 +47,9 @@ def test_a_deadline_that_passes_while_queued_is_refused_then_not_at_max_queue_wa
         assert metric(gw, "sluicegate_pool_queue_depth", pool="m") == 0
         assert metric(gw, "sluicegate_queue_rejections_total", pool="m") == 0  # not a queue timeout
         assert worker.requests == 1
+        # Logged as a refusal: its access line carries the code.
+        request_id = reply.headers["x-sluicegate-request-id"]
+        assert any(request_id in line and "deadline_unreachable" in line for line in session_log.lines)
 
 
 def test_a_pool_that_serves_slowly_refuses_a_short_deadline_on_arrival(
