@@ -161,12 +161,7 @@ class Pool:
             endpoint.refresh()
             self._forget_endpoint_series(endpoint)
         m = self._metrics
-        per_pool = (
-            m.pool_healthy_endpoints,
-            m.pool_queue_depth,
-            m.queue_wait_seconds,
-            m.upstream_retries,
-        )
+        per_pool = (m.pool_healthy_endpoints, m.pool_queue_depth, m.queue_wait_seconds, m.upstream_retries)
         for metric in per_pool:
             with contextlib.suppress(KeyError):
                 metric.remove(self.name)
