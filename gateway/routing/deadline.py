@@ -9,8 +9,9 @@ Where it matters: in a saturated pool's queue (gateway/routing/tokenqueue.py). W
 requests of one priority band the earliest deadline goes first (no deadline: after those with
 one); which team goes next stays the fair share's, so marking everything urgent gains a team no
 service. A request whose estimated wait ends past its deadline is refused at once, 503
-`deadline_unreachable`, on arrival and whenever the queue moves (`DeadlineWatch`); one whose
-deadline passes while it waits leaves then, never silently at the pool's `max_queue_wait`.
+`deadline_unreachable`, on arrival and, while it waits, at each re-check (`DeadlineWatch`, every
+RECHECK_S); one whose deadline passes while it waits leaves then, never silently at the pool's
+`max_queue_wait`.
 
 The estimate: a slot frees every `hold / slots` seconds on average (`hold`: the pool's recent
 time a request holds a slot, a moving average; `slots`: usable endpoints x
@@ -18,8 +19,9 @@ time a request holds a slot, a moving average; `slots`: usable endpoints x
 `(ahead + 1) x hold / slots`. `ahead` counts the waiters of higher bands, its own team's with an
 earlier deadline, and of each other team in its band as many as fair share serves meanwhile
 (tokenqueue.TokenQueue.ahead). Until a pool has served a request there is no estimate, and only
-the deadline itself refuses. What it leaves out (the prefill after the slot) the histogram of its
-error shows.
+the deadline itself refuses. It leaves out the prefill after the slot and the requests that arrive
+later and go first; `sluicegate_deadline_estimate_error_seconds` shows how far off it is
+(bench/deadline_bench.py measures it).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from gateway.routing.tokenqueue import TokenQueue
 DEADLINE_HEADER = "x-sluicegate-deadline-ms"
 # Weight of the newest slot hold in the moving average: about the last ten requests count.
 HOLD_ALPHA = 0.2
-# A queue that moves fast is re-checked at most this often (the deadline's own timer is exact).
+# Waiters with deadlines are re-checked this often (each deadline's own timer is exact).
 RECHECK_S = 0.05
 STAGES = ("arrival", "queued")  # where a refusal came: sluicegate_deadline_refusals_total's label
 
