@@ -120,10 +120,11 @@ def document(apis: Sequence[OpenApiPart]) -> Schema:
                     "name": "x-sluicegate-deadline-ms",
                     "in": "header",
                     "required": False,
-                    "schema": {"type": "integer", "minimum": 1, "maximum": 86_400_000},
-                    "description": "Milliseconds this request can wait for its first token: in a saturated "
-                    "pool it goes before its team's requests with later deadlines, and one that cannot "
-                    "get a slot in time is refused at once (503 deadline_unreachable). Else a 400.",
+                    "schema": {"type": "string", "pattern": "^[0-9]{1,8}$"},
+                    "description": "Milliseconds (1 to 86400000, a day) this request can wait for its first "
+                    "token: in a saturated pool it goes before its team's requests with later deadlines, "
+                    "and one that cannot get a slot in time is refused at once (503 "
+                    "deadline_unreachable). Anything else is a 400 naming the header.",
                 },
             },
             "securitySchemes": {
