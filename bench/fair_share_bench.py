@@ -9,6 +9,10 @@ tokens (input + 2 x output). Per fairness mode:
                each team's share of the tokens served while all were backlogged (target 1/7,
                2/7, 4/7 within 5 points), and the largest gap between two teams' weighted service
                against the bound (2 x the largest request + one in flight per replica)
+  urgent       two teams of weight 1, equal requests, all queued on every replica first; one
+               marks every request urgent (a team default_deadline_ms of 5 minutes, so each has a
+               deadline and goes first within its team): its share of the tokens served while both
+               were backlogged (target 0.5: deadlines order a team's own requests, never its share)
   adversary    two teams of equal weight, one slot per replica; one has 10x the clients (closed
                loops) sending 8x longer prompts: its share of the tokens served (its weighted
                share is 50 %; counting requests, it would be 8 of every 9 tokens)
@@ -139,6 +143,20 @@ def weights_scenario(urls: list[str], admin: AdminClient, worker: TokenWorker, s
     bound = 2 * 102 + REPLICAS * 102
     shares = " ".join(f"{result.shares[n]:.3f}" for n in weights)
     return f"shares {shares} (1/7 2/7 4/7 = 0.143 0.286 0.571)  max gap {result.max_gap:.0f} (bound {bound})"
+
+
+def urgent_scenario(urls: list[str], admin: AdminClient, worker: TokenWorker, scale: int) -> str:
+    admin.call("POST", "/admin/v1/teams", {"name": "urgent", "default_deadline_ms": 300_000})
+    urgent = str(admin.call("POST", "/admin/v1/keys", {"team": "urgent"})["key"])
+    teams = {
+        name: TeamLoad(key, 1, per_replica=20 * scale, prompt_tokens=100, max_tokens=1)
+        for name, key in (("urgent", urgent), ("plain", _team(admin, "plain", 1)))
+    }
+    worker.served.clear()
+    sent = asyncio.run(backlog_everywhere(urls, teams, worker))
+    result = while_backlogged(worker.served, sent, dict.fromkeys(teams, 1), skip=REPLICAS)
+    share = result.shares["urgent"]
+    return f"urgent share {share:.3f} of {result.dispatches} requests (0.5: no share gained)"
 
 
 def closed_loop(
@@ -287,6 +305,7 @@ def main() -> None:
                     urls, admin = [u for u, _ in gws], gws[0][1]
                     print(f"\n[{fairness}]")
                     print(f"  weights 1:2:4   {weights_scenario(urls, admin, worker, scale)}")
+                    print(f"  urgent          {urgent_scenario(urls, admin, worker, scale)}")
                     print(f"  adversary       {adversary_scenario(urls, admin, worker, 4.0 * scale)}")
                 with gateways(redis_url, pool_yaml(worker_url, fairness, slots=4), Path(tmp)) as gws:
                     urls, admin = [u for u, _ in gws], gws[0][1]

@@ -21,6 +21,8 @@
         503 no_healthy_upstream, redis_unavailable,
             pool_saturated (every worker busy and the pool's queue full),
             queue_timeout (every worker stayed busy for the pool's max_queue_wait),
+            deadline_unreachable (every worker busy: the first token cannot come before the
+            request's deadline, x-sluicegate-deadline-ms),
             shutting_down (the gateway's drain ran out while the request was in flight),
             server_busy (the gateway holds as many client connections as it may; refused below the app),
             idp_unavailable (the identity provider's keys cannot be fetched to check a new token)
@@ -75,6 +77,7 @@ class ErrorCode(enum.Enum):
     REDIS_UNAVAILABLE = ("redis_unavailable", 503, "server_error")
     POOL_SATURATED = ("pool_saturated", 503, "upstream_error")
     QUEUE_TIMEOUT = ("queue_timeout", 503, "upstream_error")
+    DEADLINE_UNREACHABLE = ("deadline_unreachable", 503, "upstream_error")
     SHUTTING_DOWN = ("shutting_down", 503, "server_error")
     SERVER_BUSY = ("server_busy", 503, "server_error")
     IDP_UNAVAILABLE = ("idp_unavailable", 503, "server_error")

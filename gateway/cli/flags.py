@@ -18,6 +18,7 @@ _LIMIT_FLAGS = (
     "monthly_tokens",
     "weight",
     "priority",
+    "default_deadline_ms",
 )
 
 
@@ -83,6 +84,12 @@ def add_limit_flags(parser: argparse.ArgumentParser, *, team: bool, update: bool
         type=int,
         help="band in a saturated model pool, 1 (lowest) to 9 (default 5): a higher band is served "
         "first" + ("" if team else "; a key cannot rise above its team's"),
+    )
+    parser.add_argument(
+        "--default-deadline-ms",
+        type=int,
+        help="milliseconds a request that sends no x-sluicegate-deadline-ms may wait for its first "
+        "token before it is refused (1 to 86400000)" + ("" if team else "; a key's overrides its team's"),
     )
     parser.add_argument(
         "--model-limit",

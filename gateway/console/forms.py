@@ -19,8 +19,25 @@ MAX_FORM_BYTES = 16 * 1024
 _MAX_FIELDS = 1000
 _FORM_TYPE = "application/x-www-form-urlencoded"
 # The limit fields each form shows: a team's and a key's (gateway/limits/spec.py decides).
-TEAM_FIELDS = ("rpm", "tpm", "max_concurrency", "daily_tokens", "monthly_tokens", "weight", "priority")
-KEY_FIELDS = ("rpm", "tpm", "max_concurrency", "daily_tokens", "monthly_tokens", "priority")
+TEAM_FIELDS = (
+    "rpm",
+    "tpm",
+    "max_concurrency",
+    "daily_tokens",
+    "monthly_tokens",
+    "weight",
+    "priority",
+    "default_deadline_ms",
+)
+KEY_FIELDS = (
+    "rpm",
+    "tpm",
+    "max_concurrency",
+    "daily_tokens",
+    "monthly_tokens",
+    "priority",
+    "default_deadline_ms",
+)
 # A model's own limits (`model_limits` in the admin API, `--model-limit` in the CLI), each sent as
 # `model_limits.<model>.<field>`: a model's name may hold dots, never after its last one.
 MODEL_FIELDS = ("rpm", "tpm", "max_concurrency")

@@ -116,6 +116,16 @@ def document(apis: Sequence[OpenApiPart]) -> Schema:
                     "description": "A lower priority band (1-9) for this request when its pool is "
                     "saturated: it can only lower the key's and team's band; anything else is ignored.",
                 },
+                "Deadline": {
+                    "name": "x-sluicegate-deadline-ms",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string", "pattern": "^[0-9]{1,8}$"},
+                    "description": "Milliseconds (1 to 86400000, a day) this request can wait for its first "
+                    "token: in a saturated pool it goes before its team's requests with later deadlines, "
+                    "and one that cannot get a slot in time is refused at once (503 "
+                    "deadline_unreachable). Anything else is a 400 naming the header.",
+                },
             },
             "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer", "description": "A key from the admin API."},

@@ -45,6 +45,7 @@ API_ONLY = (
     "no_healthy_upstream",
     "pool_saturated",
     "queue_timeout",
+    "deadline_unreachable",
 )
 
 
@@ -112,7 +113,7 @@ def operation(summary: str, responses: Schema, security: str | None, **extra: An
     return op
 
 
-PRIORITY = [{"$ref": "#/components/parameters/Priority"}]
+PRIORITY = [{"$ref": "#/components/parameters/Priority"}, {"$ref": "#/components/parameters/Deadline"}]
 
 
 def proxy_path(summary: str, body: Schema) -> Schema:

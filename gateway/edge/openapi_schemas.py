@@ -67,6 +67,12 @@ def limits(*, budgets: bool, weight: bool | None = None, per_model: bool = True)
         properties["priority"] = int_field(
             1, "Band in a saturated pool, 1 (lowest) to 9 (default 5); served first when higher.", maximum=9
         )
+        properties["default_deadline_ms"] = int_field(
+            1,
+            "Milliseconds a request without `x-sluicegate-deadline-ms` may wait for its first token "
+            "(a key's overrides its team's); one that cannot get it in time is refused at once.",
+            maximum=86_400_000,
+        )
         properties["model_limits"] = nullable(
             {
                 "type": "object",

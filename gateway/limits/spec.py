@@ -29,9 +29,10 @@ _BUDGET_FIELDS = ("daily_tokens", "monthly_tokens", "weight")
 # A key may have token budgets of its own (inside its team's), but no weight: the fair queue is
 # between teams. Per-model limits have neither.
 _KEY_BUDGET_FIELDS = ("daily_tokens", "monthly_tokens")
-# Teams and keys, not per model; a small range of its own (checked by _priority).
-_SHARE_FIELDS = ("priority",)
+# Teams and keys, not per model; each with a range of its own (checked by _priority, _deadline).
+_SHARE_FIELDS = ("priority", "default_deadline_ms")
 PRIORITY_RANGE = (1, 9)
+MAX_DEADLINE_MS = 86_400_000  # a day: more is a mistake, not a deadline (gateway/routing/deadline.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,9 @@ class LimitSet:
     # Teams and keys (not per model): the priority band in a saturated pool, 1 (lowest) to 9,
     # default 5; a higher band is served first (gateway/routing/share.py).
     priority: int | None = None
+    # Teams and keys (not per model): the deadline for the first token of a request that sends
+    # none (x-sluicegate-deadline-ms); a key's overrides its team's (gateway/routing/deadline.py).
+    default_deadline_ms: int | None = None
     per_model: Mapping[str, LimitSet] = field(default_factory=dict)
 
     @property
@@ -121,6 +125,13 @@ def _priority(value: Any) -> int:
     return value
 
 
+def _deadline(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DEADLINE_MS:
+        why = f"'default_deadline_ms' must be a whole number of milliseconds from 1 to {MAX_DEADLINE_MS}."
+        raise GatewayError(ErrorCode.INVALID_REQUEST, why, param="default_deadline_ms")
+    return value
+
+
 def parse_limits(body: Mapping[str, Any], *, budgets: bool, where: str = "") -> LimitSet:
     """The limit fields of an admin request body (unknown fields are the caller's business):
     `budgets` for a team's (budgets and weight); otherwise a key's (budgets), or with `where` a
@@ -132,6 +143,8 @@ def parse_limits(body: Mapping[str, Any], *, budgets: bool, where: str = "") -> 
             values[name] = _positive_int(body[name], where + name)
     if not where and body.get("priority") is not None:
         values["priority"] = _priority(body["priority"])
+    if not where and body.get("default_deadline_ms") is not None:
+        values["default_deadline_ms"] = _deadline(body["default_deadline_ms"])
     counts = body.get("tpm_counts", "total")
     if counts not in TOKEN_COUNTS:
         raise GatewayError(

@@ -53,6 +53,8 @@ _TPOT_BUCKETS = (
 # A routing decision is microseconds; a queue wait is up to the pool's max_queue_wait.
 _DECISION_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2.5e-4, 1e-3)
 _QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# Signed: a queue wait's actual minus estimated seconds (negative: the estimate was too long).
+_ESTIMATE_ERROR_BUCKETS = (-30, -10, -5, -2, -1, -0.5, -0.1, -0.01, 0.01, 0.1, 0.5, 1, 2, 5, 10, 30)
 
 UNKNOWN_MODEL = "unknown"
 MetricT = TypeVar("MetricT", Counter, Gauge, Histogram)
@@ -294,6 +296,7 @@ class Metrics:
             registry=r,
         )
         self._fair_share_metrics(r)
+        self._deadline_metrics(r)
         self.prefix_routing = Counter(
             "sluicegate_prefix_routing_total",
             "prefix_affinity decisions: hit (an endpoint with the longest cached prefix), miss (none "
@@ -339,6 +342,30 @@ class Metrics:
             "Fair-share decisions (op=pick) or counter updates (op=update) made without Redis, which was "
             "unreachable or slow: the pool went on with this replica's own counters.",
             ["pool", "op"],
+            registry=r,
+        )
+
+    def _deadline_metrics(self, r: CollectorRegistry) -> None:
+        """gateway/routing/deadline.py."""
+        self.deadline_refusals = Counter(
+            "sluicegate_deadline_refusals_total",
+            "Requests refused with deadline_unreachable: their first token could not come before their "
+            "deadline (stage=arrival: on joining the pool's queue; queued: while waiting in it).",
+            ["pool", "stage"],
+            registry=r,
+        )
+        self.deadline_misses = Counter(
+            "sluicegate_deadline_misses_total",
+            "Requests with a deadline whose first output came after it.",
+            ["pool"],
+            registry=r,
+        )
+        self.deadline_estimate_error = Histogram(
+            "sluicegate_deadline_estimate_error_seconds",
+            "A queued request's actual wait for a slot minus the wait estimated when it joined the queue "
+            "(the estimate deadlines are refused by; negative: it was served sooner than estimated).",
+            ["pool"],
+            buckets=_ESTIMATE_ERROR_BUCKETS,
             registry=r,
         )
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,7 @@ from gateway.proxy.translation.bounds import BodyBounds
 from gateway.proxy.upstream import Upstream, UpstreamResponse
 from gateway.proxy.worker_protocols import CHAT
 from gateway.routing import share
+from gateway.routing.deadline import DEADLINE_HEADER, deadline_ms
 from gateway.routing.policy import RouteRequest
 from gateway.routing.pool import Pool
 from gateway.routing.prefix import body_blocks
@@ -59,6 +61,9 @@ from gateway.routing.stored_responses import Holder, StoredResponses
 
 # Names the model that answered: the one asked for, or the fallback that stood in for it.
 MODEL_HEADER = "x-sluicegate-model"
+# The routing headers _admit reads (as the ASGI scope holds their names).
+_PRIORITY = share.PRIORITY_HEADER.encode()
+_DEADLINE = DEADLINE_HEADER.encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,8 @@ class Admitted:
     # The prompt's estimate with the history of the conversation it continues: what the worker
     # prefills, so what is reserved, and billed when the worker reports no usage.
     prompt_estimate: int
+    priority: int  # its band in a saturated pool (gateway/routing/share.py)
+    deadline: float | None  # when its first token must come by, time.monotonic() (routing/deadline.py)
 
 
 class Pipeline:
@@ -149,7 +156,7 @@ class Pipeline:
             admitted.prompt_estimate,
             self._metrics,
             self._meter,
-            share=self._share_ticket(admitted, scope),
+            share=self._share_ticket(admitted),
         )
         try:
             await self._answer(dialect, admitted, settlement, scope, receive, send)
@@ -169,6 +176,20 @@ class Pipeline:
     async def _admit(self, dialect: Dialect[Any], request: Request, ctx: RequestContext) -> Admitted:
         principal = await self._gate.caller(request, ctx)
         key = principal.key
+        team = principal.team_limits
+        # Both routing headers in one pass, inline: every request runs this (tests/perf/budget.json).
+        priority_header = deadline_header = None
+        for name, value in request.scope["headers"]:
+            if name == _PRIORITY and priority_header is None:
+                priority_header = str(value.decode("latin-1"))
+            elif name == _DEADLINE and deadline_header is None:
+                deadline_header = str(value.decode("latin-1"))
+        deadline = None
+        # Checked before the body is read or anything admitted: a bad header is the client's 400.
+        if deadline_header is not None or key.limits.default_deadline_ms or team.default_deadline_ms:
+            ms = deadline_ms(deadline_header, key.limits.default_deadline_ms, team.default_deadline_ms)
+            if ms is not None:  # counted from the request's arrival
+                deadline = time.monotonic() - (time.perf_counter() - ctx.started) + ms / 1000
         body = await read_body(request, self._settings.max_body_bytes, self._settings.body_timeout_s)
         call = parsing.parse(
             dialect, body, self._router.native_models(dialect.name), ctx, request, self._bounds
@@ -195,19 +216,22 @@ class Pipeline:
                 error = admission.error()
                 error.headers.update(dialect.limit_headers(admission))
                 raise error
-        return Admitted(call, principal, requested, admission, holder, cap.admitted(admission), salt, prompt)
+        capped = cap.admitted(admission)
+        priority = share.band(key.limits.priority, team.priority, priority_header)
+        return Admitted(
+            call, principal, requested, admission, holder, capped, salt, prompt, priority, deadline
+        )
 
-    def _share_ticket(self, admitted: Admitted, scope: Scope) -> ShareTicket:
+    def _share_ticket(self, admitted: Admitted) -> ShareTicket:
         """The request's weight in a saturated pool's token fair share, from what it reserved."""
-        team, key = admitted.principal.team_limits, admitted.principal.key.limits
         estimate = admitted.admission.reservation
-        priority = share.band(key.priority, team.priority, _header(scope, share.PRIORITY_HEADER))
         return ShareTicket.estimated(
             admitted.principal.key.team,
-            team.share_weight,
-            priority,
+            admitted.principal.team_limits.share_weight,
+            admitted.priority,
             estimate.prompt_tokens,
             estimate.completion_tokens,
+            admitted.deadline,
         )
 
     async def _holder(self, response_id: str | None, team_id: str, model: str) -> Holder | None:
@@ -395,11 +419,3 @@ def _prompt_blocks(
             )
             return body_blocks(body, pool.prefix.block_bytes, call.protocol.prompt), pool.prefix.block_bytes
     return (), 0
-
-
-def _header(scope: Scope, name: str) -> str | None:
-    wanted = name.encode()
-    for key, value in scope["headers"]:
-        if key == wanted:
-            return str(value.decode("latin-1"))
-    return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -60,10 +61,19 @@ class UpstreamResponse:
     trial: bool
     verdict_pending: bool = True
     team: str = ""  # whose request: a failure it may have provoked is counted per team
+    taken_at: float = 0.0  # time.monotonic() when it took its slot: the pool's service rate
+    deadline: float | None = None  # its first output's (gateway/routing/deadline.py)
 
     def served(self) -> None:
         """The stream's first output came in time: the endpoint's verdict for this request."""
         self.report(SERVED)
+        if self.deadline is not None:
+            self.first_output()
+
+    def first_output(self) -> None:
+        """The answer's first output is here: counted as a miss if it came after its deadline."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.pool.deadlines.missed()
 
     def failed(self, error: GatewayError | None, *, provoked: bool = False) -> None:
         """A stream that ended before its first output: timing out, or an event too large (a long
@@ -95,7 +105,7 @@ class UpstreamResponse:
         if self.verdict_pending:
             self.verdict_pending = False
             self.pool.report(self.endpoint, NO_VERDICT, trial=self.trial)
-        self.pool.release(self.endpoint)
+        self.pool.release(self.endpoint, time.monotonic() - self.taken_at)
 
 
 class WorkerBroken(Exception):
@@ -256,6 +266,7 @@ class Upstream:
                     with tracing.phase(trace, "queue wait"):
                         got = await pool.acquire(route, self._router.rng, tried, wait, picked)
                 endpoint, trial = got
+                taken_at = time.monotonic()
             except PoolUnavailable:
                 if tried:
                     break
@@ -294,8 +305,14 @@ class Upstream:
                 handed_over = True
                 if response.status < 300 and picked:
                     pool.accepted(picked[-1], endpoint)
-                upstream = UpstreamResponse(pool, endpoint, response, trial, team=route.team)
+                upstream = UpstreamResponse(
+                    pool, endpoint, response, trial, team=route.team, taken_at=taken_at
+                )
                 is_stream = stream and response.status == 200 and response.is_event_stream()
+                if route.share is not None and route.share.deadline is not None:
+                    upstream.deadline = route.share.deadline
+                    if not is_stream:
+                        upstream.first_output()
                 if not is_stream:
                     upstream.report(SERVED if verdict is NO_VERDICT else verdict)
                 if trace is not None and span is not None:

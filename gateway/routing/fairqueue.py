@@ -46,6 +46,14 @@ class QueueTimeout(Exception):
     """The waiter was not served within its timeout."""
 
 
+class DeadlineUnreachable(Exception):
+    """The waiter can no longer be served before its deadline (gateway/routing/deadline.py)."""
+
+    def __init__(self, estimate_s: float | None) -> None:
+        super().__init__("its deadline cannot be met")
+        self.estimate_s = estimate_s  # the wait it was refused for; None: the deadline passed
+
+
 def crowding_team(waiting: dict[str, int], team: str, max_size: int) -> str | None:
     """The queue is full and `team` wants a place: the team that must give one up (the one
     holding the most), or None when `team` already holds its share and is refused instead."""
@@ -70,6 +78,10 @@ class _Waiter(Generic[T]):
 
 
 class FairQueue(Generic[T]):
+    # Deadlines are not re-checked here (no estimate of a waiter's place): each deadline's own
+    # timer ends its wait (gateway/routing/pool.py).
+    with_deadline = 0
+
     def __init__(
         self,
         max_size: int,

@@ -6,7 +6,8 @@ usable endpoint is full a request waits in the pool's queue, weighted fair acros
 tokens each team was served, on counters every replica shares (`fairness: tokens`, the default:
 tokenqueue.py, vtc.py), or by request count on this replica (`requests`: fairqueue.py). A freed
 slot goes straight to the next waiter (`drain`), never to a newcomer, so arriving later cannot
-mean being served sooner.
+mean being served sooner. A request with a deadline that the queue cannot meet is refused at once,
+on arrival or while it waits (gateway/routing/deadline.py).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.model_table import ModelConfig, PoolConfig
 from gateway.observability.metrics import Metrics
 from gateway.routing import health
+from gateway.routing.deadline import HOLD_ALPHA, PoolDeadlines
 from gateway.routing.dispatch import TokenDispatch
 from gateway.routing.endpoint import Endpoint, EndpointState
-from gateway.routing.fairqueue import FairQueue, QueueFull, QueueTimeout
+from gateway.routing.fairqueue import DeadlineUnreachable, FairQueue, QueueFull, QueueTimeout
 from gateway.routing.policy import POLICIES, SCRAPED_POLICIES, Policy, RouteRequest
 from gateway.routing.prefix import PrefixRouting
 from gateway.routing.share import ShareTicket
@@ -80,6 +82,18 @@ class Pool:
         else:
             self.queue = FairQueue(model.routing.max_queue, on_orphan=self.release, clock=clock)
         self._queue_wait = metrics.queue_wait_seconds.labels(self.name)
+        # Seconds a request holds a slot, a moving average (None: none released yet): the queue's
+        # service rate, which the deadline estimate reads.
+        self.hold_s: float | None = None
+        self.deadlines = PoolDeadlines(
+            self.name,
+            model.name,
+            metrics,
+            cast("FairQueue[object] | TokenQueue[object]", self.queue),
+            hold=lambda: self.hold_s,
+            slots=lambda: self.healthy_count() * self.max_inflight,
+            clock=clock,
+        )
         self.endpoints: list[Endpoint] = []
         self._by_url: dict[str, Endpoint] = {}
         self._ejected: list[Endpoint] = []
@@ -139,6 +153,7 @@ class Pool:
 
     def close(self) -> None:
         """The pool is gone (its model was removed or replaced without it): drop its series."""
+        self.deadlines.close()
         if self.tokens is not None:
             self.tokens.close()
         for endpoint in self.endpoints:
@@ -266,19 +281,29 @@ class Pool:
         if got is not None:
             return got
         started = self._clock()
+        ticket = _ticket(route)
+        queue = self.queue
+        estimate, timeout, by_deadline = self.deadlines.arrival(ticket, started, max_wait)
         try:
-            if isinstance(self.queue, TokenQueue):
-                endpoint = await self.queue.wait(_ticket(route), max_wait)
+            if isinstance(queue, TokenQueue):
+                endpoint = await queue.wait(ticket, timeout)
             else:
-                endpoint = await self.queue.wait(route.team, route.share_weight, max_wait)
+                endpoint = await queue.wait(route.team, route.share_weight, timeout)
         except QueueFull:
             self._metrics.queue_rejections.labels(self.name, "full").inc()
             raise self._saturated(ErrorCode.POOL_SATURATED, "its queue is full") from None
+        except DeadlineUnreachable as exc:
+            self._queue_wait.observe(self._clock() - started)
+            raise self.deadlines.refused("queued", exc.estimate_s) from None
         except QueueTimeout:
             self._queue_wait.observe(self._clock() - started)
+            if by_deadline:  # its deadline passed while it waited: refused as such, never silently
+                raise self.deadlines.refused("queued", None) from None
             self._metrics.queue_rejections.labels(self.name, "timeout").inc()
             raise self._saturated(ErrorCode.QUEUE_TIMEOUT, f"none was free within {max_wait:g}s") from None
-        self._queue_wait.observe(self._clock() - started)
+        waited = self._clock() - started
+        self._queue_wait.observe(waited)
+        self.deadlines.served(waited, estimate)
         if deferred is not None:
             deferred.append(route)
         elif self.prefix is not None:
@@ -297,8 +322,12 @@ class Pool:
             headers={"retry-after": "1"},
         )
 
-    def release(self, endpoint: Endpoint) -> None:
+    def release(self, endpoint: Endpoint, held_s: float | None = None) -> None:
+        """`held_s`: how long the request held the slot (a request served: the service rate)."""
         endpoint.inflight -= 1
+        if held_s is not None:
+            hold = self.hold_s
+            self.hold_s = held_s if hold is None else hold + HOLD_ALPHA * (held_s - hold)
         if self.queue:
             self.drain()
 

@@ -82,13 +82,22 @@ class ShareTicket:
     estimate: float = 1.0  # weighted cost charged at each dispatch
     charges: list[tuple[Charged, float]] = field(default_factory=list)
     settled: bool = False
+    # When its first token must come by (time.monotonic()), or None (gateway/routing/deadline.py).
+    deadline: float | None = None
 
     @classmethod
     def estimated(
-        cls, team: str, weight: int, priority: int, prompt_tokens: int, completion_tokens: int
+        cls,
+        team: str,
+        weight: int,
+        priority: int,
+        prompt_tokens: int,
+        completion_tokens: int,
+        deadline: float | None = None,
     ) -> ShareTicket:
         cost = weighted_cost(prompt_tokens, completion_tokens, weight)
-        return cls(team, max(weight, 1), priority, cost if math.isfinite(cost) and cost > 0 else 1.0)
+        estimate = cost if math.isfinite(cost) and cost > 0 else 1.0
+        return cls(team, max(weight, 1), priority, estimate, deadline=deadline)
 
     def charged(self, where: Charged) -> float:
         """A dispatch charged this request's estimate at `where`; returns the amount."""

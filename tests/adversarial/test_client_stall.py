@@ -145,7 +145,7 @@ class _Pool:
     def report(self, endpoint: Any, verdict: Any, *, trial: bool) -> None:
         pass
 
-    def release(self, endpoint: Any) -> None:
+    def release(self, endpoint: Any, held_s: float | None = None) -> None:
         pass
 
 

@@ -44,7 +44,7 @@ class _Pool:
     def report(self, endpoint: Any, ok: bool | None, *, trial: bool) -> None:
         pass
 
-    def release(self, endpoint: Any) -> None:
+    def release(self, endpoint: Any, held_s: float | None = None) -> None:
         pass
 
 

@@ -460,6 +460,7 @@ def test_every_error_code_has_an_anthropic_type_and_status() -> None:
         ErrorCode.NO_HEALTHY_UPSTREAM,
         ErrorCode.POOL_SATURATED,
         ErrorCode.QUEUE_TIMEOUT,
+        ErrorCode.DEADLINE_UNREACHABLE,
         ErrorCode.SHUTTING_DOWN,
         ErrorCode.SERVER_BUSY,
     }

@@ -1,6 +1,6 @@
-"""Issue 26's console items on limits and usage, in a real browser: a team's and a key's priority
-and per-model limits, set by the CLI and seen in the console, set in the console and seen by the
-admin API; usage per key and per client API (OpenAI SDK and Anthropic SDK requests)."""
+"""Issue 26's console items on limits and usage, in a real browser: a team's and a key's priority,
+default deadline and per-model limits, set by the CLI and seen in the console, set in the console
+and seen by the admin API; usage per key and per client API (OpenAI SDK and Anthropic SDK requests)."""
 
 from __future__ import annotations
 
@@ -126,6 +126,32 @@ def test_keys_priority_and_model_limits_both_ways(
     page.locator(f"{form} button[type=submit]").click()
     expect(page.locator(".error")).to_have_text("'model_limits' names a model this gateway does not serve.")
     assert gateway.admin.call("GET", f"/admin/v1/keys/{key['id']}")["limits"] == shown
+
+
+def test_a_default_deadline_is_set_on_teams_and_keys_in_the_console(
+    signed_in: Page, console_gateway: Gateway
+) -> None:
+    page, gateway = signed_in, console_gateway
+    team = "ui-" + secrets.token_hex(4)
+    page.goto(f"{gateway.url}{UI}/teams")
+    page.fill("#new-team input[name=name]", team)
+    page.fill("#new-team input[name=default_deadline_ms]", "30000")
+    page.locator("#new-team button[type=submit]").click()
+    expect(page.locator("h1")).to_have_text(f"Team {team}")
+    assert gateway.admin.call("GET", f"/admin/v1/teams/{team}")["limits"] == {"default_deadline_ms": 30000}
+
+    key = gateway.new_key(team, name="urgent key")
+    page.goto(f"{gateway.url}{UI}/keys/{key['id']}")
+    form = "#edit-key"
+    page.fill(f"{form} input[name=default_deadline_ms]", "0")
+    page.locator(f"{form} button[type=submit]").click()
+    expect(page.locator(".error")).to_contain_text(
+        "'default_deadline_ms' must be a whole number of milliseconds"
+    )
+    page.fill(f"{form} input[name=default_deadline_ms]", "2000")
+    page.locator(f"{form} button[type=submit]").click()
+    expect(page.locator(".notice")).to_have_text("Key saved.")
+    assert gateway.admin.call("GET", f"/admin/v1/keys/{key['id']}")["limits"] == {"default_deadline_ms": 2000}
 
 
 def test_usage_per_key_and_per_api(signed_in: Page, console_gateway: Gateway) -> None:

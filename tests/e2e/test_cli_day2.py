@@ -213,6 +213,21 @@ def test_priority_is_set_shown_and_cleared_on_teams_and_keys(gateway: Gateway) -
     assert "'priority' must be an integer from 1 to 9" in refused.stderr
 
 
+def test_default_deadline_is_set_shown_and_cleared_on_teams_and_keys(gateway: Gateway) -> None:
+    team = gateway.new_team()
+    _ok(gateway, "teams", "update", team, "--default-deadline-ms", "30000")
+    shown = json.loads(_ok(gateway, "teams", "show", team, "--json"))["limits"]
+    assert shown["default_deadline_ms"] == 30000
+    key = _key(gateway, "--team", team, "--default-deadline-ms", "2000")
+    shown = json.loads(_ok(gateway, "keys", "show", str(key["id"]), "--json"))["limits"]
+    assert shown == {"default_deadline_ms": 2000}
+    _ok(gateway, "keys", "update", str(key["id"]), "--clear", "default-deadline-ms")
+    assert json.loads(_ok(gateway, "keys", "show", str(key["id"]), "--json"))["limits"] == {}
+    refused = _cli(gateway, "teams", "update", team, "--default-deadline-ms", "86400001")
+    assert refused.returncode != 0
+    assert "'default_deadline_ms' must be a whole number of milliseconds" in refused.stderr
+
+
 def test_refusals_are_clear(gateway: Gateway) -> None:
     team = gateway.new_team()
     unknown = _cli(gateway, "keys", "create", "--team", team, "--models", f"{FAKE_MODEL},no-such-model")

@@ -49,8 +49,10 @@ _MAPPING: dict[ErrorCode, tuple[str, int]] = {
     ErrorCode.REDIS_UNAVAILABLE: ("api_error", 503),
     ErrorCode.POOL_SATURATED: ("overloaded_error", OVERLOADED),
     ErrorCode.QUEUE_TIMEOUT: ("overloaded_error", OVERLOADED),
+    ErrorCode.DEADLINE_UNREACHABLE: ("overloaded_error", OVERLOADED),
     ErrorCode.SHUTTING_DOWN: ("overloaded_error", OVERLOADED),
     ErrorCode.SERVER_BUSY: ("overloaded_error", OVERLOADED),
+    ErrorCode.IDP_UNAVAILABLE: ("api_error", 503),
     ErrorCode.UPSTREAM_TIMEOUT: ("api_error", 504),
 }
 
