@@ -215,6 +215,7 @@ def create_app(
                 ),
                 ttl_s=settings.console_session_ttl_s,
                 trusted=trusted_networks(settings.trusted_proxies),
+                public_https=(settings.public_url or "").startswith("https://"),
             ),
             directory=Directory(
                 None

@@ -130,7 +130,7 @@ class AdminAccess:
             )
         if not standing.groups:
             return principal
-        return dataclasses.replace(principal, groups=principal.groups | standing.groups)
+        return dataclasses.replace(principal, directory_groups=frozenset(standing.groups))
 
     @property
     def token_fingerprint(self) -> str:

@@ -154,7 +154,7 @@ async def me(request: Request, deps: AdminDeps) -> Response:
             "name": principal.name,
             "issuer": principal.issuer,
             "client_id": principal.client_id,
-            "groups": sorted(principal.groups),
+            "groups": sorted(principal.all_groups),
             "roles": [g.as_dict() for g in caller.permissions.grants],
         }
     )

@@ -182,7 +182,11 @@ async def list_keys(request: Request, deps: AdminDeps) -> Response:
     keys: list[KeyRecord]
     if team is None:
         visible = caller.teams(Action.READ_KEYS)
-        keys = [k for k in await deps.keystore.list_all_keys() if visible is None or k.team in visible]
+        if visible is None:
+            keys = await deps.keystore.list_all_keys()
+        else:  # only the caller's teams are read, not every key to throw most away
+            mine = [k for team in visible for k in await deps.keystore.list_keys(team)]
+            keys = sorted(mine, key=lambda k: (k.team, k.created_at))
     else:
         caller.require(Action.READ_KEYS, team_name(team))
         if not await deps.keystore.team_exists(team_name(team)):
@@ -274,6 +278,9 @@ async def audit_log(request: Request, deps: AdminDeps) -> Response:
     if team:
         caller.require(Action.READ_AUDIT, team_name(team))
         teams = frozenset({team_name(team)})
+    elif teams is not None and not teams:
+        # No team's audit to read (a viewer): refused, not a scan of the whole stream for nothing.
+        caller.require(Action.READ_AUDIT, None)
     entries, more = await deps.audit.entries(
         teams=teams,
         since_ms=audit.parse_since(query.get("since")),

@@ -45,7 +45,7 @@ class AdminClient:
         if token:
             print("# as the admin token (SLUICEGATE_ADMIN_TOKEN)", file=sys.stderr)
             return cls(url, token)
-        login = access_token()
+        login = access_token(url)
         if login is None:
             # Said before any request: a 401 would not tell which of the two is wrong.
             raise CliUsageError(

@@ -24,13 +24,19 @@ def store_path() -> Path:
 
 
 def write(login: dict[str, Any]) -> None:
+    """A new file, 0600 before a byte is written and never through a link, put in place at once
+    (os.replace): a reader sees the old login or the new one, never half of one."""
     path = store_path()
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # Created 0600 before a byte is written: the tokens are never readable by anyone else.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(login, out)
-    os.chmod(path, 0o600)
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(login, out)
+        os.replace(scratch, path)
+    except BaseException:
+        scratch.unlink(missing_ok=True)
+        raise
 
 
 def stored() -> dict[str, Any] | None:
@@ -60,12 +66,22 @@ def form_post(url: str, fields: dict[str, str]) -> tuple[int, dict[str, Any]]:
         raise CliError("the identity provider did not answer with JSON") from None
 
 
-def access_token() -> tuple[str, str] | None:
-    """The stored login's access token, refreshed when about to expire, and who it is."""
+def access_token(url: str) -> tuple[str, str] | None:
+    """The stored login's access token, refreshed when about to expire, and who it is. Only for
+    the gateway it was made for: a token for production is never sent to another URL."""
     login = stored()
     if login is None:
         return None
-    if float(login.get("expires_at", 0)) - _REFRESH_MARGIN_S < time.time():
+    if str(login.get("gateway", "")).rstrip("/") != url.rstrip("/"):
+        raise CliError(
+            f"your login is for {login.get('gateway')}, not {url}: run `sluicegate login` with "
+            "SLUICEGATE_URL set to this gateway (or use SLUICEGATE_ADMIN_TOKEN)"
+        )
+    try:
+        expires_at = float(login.get("expires_at", 0))
+    except (TypeError, ValueError):
+        expires_at = 0.0  # a damaged file: refresh, or ask for a new login
+    if expires_at - _REFRESH_MARGIN_S < time.time():
         if not login.get("refresh_token"):
             raise CliError("your login has expired: run sluicegate login")
         fields = {

@@ -35,6 +35,8 @@ class Live:
         if team:
             page.require(Action.READ_AUDIT, validation.team_name(team))
             teams = frozenset({team})
+        elif teams is not None and not teams:
+            page.require(Action.READ_AUDIT, None)
         entries, more = await page.deps.audit.entries(
             teams=teams,
             since_ms=None,

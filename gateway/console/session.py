@@ -59,12 +59,21 @@ class Session:
 
 class Sessions:
     def __init__(
-        self, redis: RedisClient, secret: SharedSecret, *, ttl_s: float, trusted: Networks = ()
+        self,
+        redis: RedisClient,
+        secret: SharedSecret,
+        *,
+        ttl_s: float,
+        trusted: Networks = (),
+        public_https: bool = False,
     ) -> None:
         self._redis = redis
         self._secret = secret
         self._ttl_s = ttl_s
         self._trusted = trusted
+        # SLUICEGATE_PUBLIC_URL is https: people reach the console over TLS even where it ends
+        # at an ingress this gateway does not trust to say so.
+        self._public_https = public_https
         self._key: bytes | None = None
 
     async def _sign(self, text: str) -> str:
@@ -133,8 +142,9 @@ class Sessions:
         )
 
     def over_https(self, request: Request) -> bool:
-        """https to the gateway, or to a trusted proxy that says so in X-Forwarded-Proto."""
-        if request.url.scheme == "https":
+        """https to the gateway, to the public URL, or to a trusted proxy that says so in
+        X-Forwarded-Proto."""
+        if request.url.scheme == "https" or self._public_https:
             return True
         peer = request.client.host if request.client else ""
         if not self._trusted or not peer:

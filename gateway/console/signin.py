@@ -105,7 +105,7 @@ class SignIn:
         throttle.failed(address)
         # Never the presented value: it may be the real token with a typo.
         log.warning("console sign-in refused: peer=%s", loggable(address or "-"))
-        await self._audit.failed(deps, address, "wrong admin token")
+        await self._audit.failed(deps, address, "wrong admin token", always=True)
         context["error"] = "That is not the admin token."
         return console.render(request, "login.html", context, status=401)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import ipaddress
 import logging
 import re
 import secrets
@@ -38,6 +39,7 @@ from starlette.responses import RedirectResponse, Response
 from gateway.admin.deps import AdminDeps
 from gateway.console.signin_audit import SignInAudit
 from gateway.console.web import BASE, Console, safe_next
+from gateway.errors import GatewayError
 from gateway.identity.code_flow import ExchangeFailed, Flow, exchange_code
 from gateway.identity.oidc import IdpUnavailable
 from gateway.identity.principal import Kind
@@ -56,33 +58,57 @@ _IDP_ERROR_RE = re.compile(r"[a-z_]{1,40}")
 
 class FlowLimiter:
     """Starting a sign-in writes to Redis before anyone is known, so each address may start at
-    most `per_minute` a minute (a person needs a few): a flood from one address cannot fill Redis
-    with flows. Memory is bounded by `max_addresses`, oldest first out."""
+    most `per_minute` a minute (a person needs a few; an IPv6 address counts by its /64, which one
+    host can fill), and this replica at most `replica_per_minute`: a flood cannot fill Redis with
+    flows (each at most ~1 KB, for FLOW_TTL_S). Memory is bounded by `max_addresses`, oldest
+    first out."""
 
     def __init__(
         self,
         per_minute: int = 20,
         *,
+        replica_per_minute: int = 600,
         max_addresses: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._per_minute = per_minute
+        self._replica_per_minute = replica_per_minute
         self._max_addresses = max_addresses
         self._clock = clock
         self._windows: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        self._replica: tuple[float, int] = (clock(), 0)
 
     def __len__(self) -> int:
         return len(self._windows)
 
     def allow(self, address: str) -> bool:
         now = self._clock()
-        started, count = self._windows.pop(address, (now, 0))
+        key = _network(address)
+        started, count = self._windows.pop(key, (now, 0))
         if now - started >= 60:
             started, count = now, 0
-        self._windows[address] = (started, count + 1)
+        self._windows[key] = (started, count + 1)
         while len(self._windows) > self._max_addresses:
             self._windows.popitem(last=False)
-        return count < self._per_minute
+        replica_started, replica_count = self._replica
+        if now - replica_started >= 60:
+            replica_started, replica_count = now, 0
+        if count >= self._per_minute or replica_count >= self._replica_per_minute:
+            self._replica = (replica_started, replica_count)
+            return False
+        self._replica = (replica_started, replica_count + 1)
+        return True
+
+
+def _network(address: str) -> str:
+    """What one client controls: an IPv4 address, or an IPv6 address's /64."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if ip.version == 6:
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return address
 
 
 def _digest(value: str) -> str:
@@ -249,7 +275,7 @@ class SingleSignOn:
         try:
             _, cookie = await deps.sessions.new(principal)
             await self._audit.signed_in(deps, principal, peer, via="oidc")
-        except RedisError:
+        except (RedisError, GatewayError):
             return self._failed_page(request, "Redis is unavailable; try again shortly.", 503)
         response = RedirectResponse(flow["next"], status_code=303)
         deps.sessions.set_cookie(response, request, cookie)

@@ -338,9 +338,18 @@ def _to_login(request: Request) -> Response:
     return RedirectResponse(target, status_code=303)
 
 
+_MAX_NEXT_CHARS = 512
+
+
 def safe_next(value: str) -> str:
-    """Where to go after signing in: only a console path, never another site (`//evil`)."""
-    if value.startswith(f"{BASE}/") and not value.startswith("//") and "\\" not in value:
+    """Where to go after signing in: only a console path, never another site (`//evil`), and
+    short (it is kept with a sign-in under way, before anyone is known)."""
+    if (
+        value.startswith(f"{BASE}/")
+        and not value.startswith("//")
+        and "\\" not in value
+        and len(value) <= _MAX_NEXT_CHARS
+    ):
         return value
     return f"{BASE}/"
 

@@ -61,7 +61,7 @@ class RoleBinding:
 
     def matches(self, principal: Principal) -> bool:
         if self.subject_kind is Subject.GROUP:
-            return self.subject in principal.groups
+            return self.subject in principal.all_groups
         if self.subject == principal.subject:
             return True
         # principal.email is set only when the IdP verified it, and is lower-cased.
@@ -168,6 +168,8 @@ def grants(
     made for (`team_ids`: each team's current id)."""
     out = [
         Grant(Role.PLATFORM_ADMIN, None, f"group:{g}")
+        # The token's own groups only: whoever holds the SCIM token must not be able to make
+        # anyone a platform admin by naming a SCIM group after a bootstrap group.
         for g in sorted(principal.groups & platform_admin_groups)
     ]
     for binding in bindings:

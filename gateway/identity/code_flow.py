@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import secrets
 import urllib.parse
 from dataclasses import dataclass
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
-from gateway.identity.oidc import FETCH_TIMEOUT_S, MAX_DOCUMENT_BYTES
+from gateway.identity.oidc import FETCH_TIMEOUT_S, read_bounded
+
+_ERROR_WORD = re.compile(r"[A-Za-z0-9_.-]{1,40}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,20 +81,20 @@ async def exchange_code(
             aiohttp.ClientSession(timeout=timeout) as session,
             session.post(endpoint, data=fields, headers=headers, allow_redirects=False) as response,
         ):
-            body = await response.content.read(MAX_DOCUMENT_BYTES + 1)
+            body = await read_bounded(response)
             status = response.status
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise ExchangeFailed(f"token endpoint unreachable ({type(exc).__name__})") from None
-    if len(body) > MAX_DOCUMENT_BYTES:
-        raise ExchangeFailed("token answer too large")
+    except ValueError:
+        raise ExchangeFailed("token answer too large or broken") from None
     try:
         answer = orjson.loads(body)
     except orjson.JSONDecodeError:
         answer = None
     if status != 200:
         error = answer.get("error") if isinstance(answer, dict) else None
-        # OAuth's error codes are short ASCII words; anything else is not repeated.
-        word = error if isinstance(error, str) and error.isascii() and len(error) <= 40 else "error"
+        # OAuth's error codes are short words; anything else (control characters) is not repeated.
+        word = error if isinstance(error, str) and _ERROR_WORD.fullmatch(error) else "error"
         raise ExchangeFailed(f"token endpoint answered {status} {word}")
     token = answer.get("id_token") if isinstance(answer, dict) else None
     if not isinstance(token, str):

@@ -65,7 +65,15 @@ class OidcSettings:
 
 
 async def fetch_json(url: str) -> Any:
-    """One bounded GET: no redirect, FETCH_TIMEOUT_S, MAX_DOCUMENT_BYTES."""
+    """One bounded GET: no redirect, FETCH_TIMEOUT_S, MAX_DOCUMENT_BYTES. Every failure, a
+    dropped connection included, is an OSError, a TimeoutError or a ValueError."""
+    try:
+        return await _fetch_json(url)
+    except aiohttp.ClientError as exc:
+        raise ValueError(f"identity provider unreachable ({type(exc).__name__})") from None
+
+
+async def _fetch_json(url: str) -> Any:
     timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S)
     async with (
         aiohttp.ClientSession(timeout=timeout) as session,
@@ -73,10 +81,22 @@ async def fetch_json(url: str) -> Any:
     ):
         if response.status != 200:
             raise ValueError(f"HTTP {response.status}")
-        body = await response.content.read(MAX_DOCUMENT_BYTES + 1)
-        if len(body) > MAX_DOCUMENT_BYTES:
-            raise ValueError("document too large")
-        return orjson.loads(body)
+        return orjson.loads(await read_bounded(response))
+
+
+async def read_bounded(response: aiohttp.ClientResponse) -> bytes:
+    """The whole body, however many reads it arrives in (content.read(n) gives only what is
+    buffered), refused past MAX_DOCUMENT_BYTES; a broken connection is a ValueError like any
+    other bad answer."""
+    body = bytearray()
+    try:
+        async for chunk in response.content.iter_chunked(64 * 1024):
+            body += chunk
+            if len(body) > MAX_DOCUMENT_BYTES:
+                raise ValueError("document too large")
+    except aiohttp.ClientError as exc:
+        raise ValueError(f"broken answer ({type(exc).__name__})") from None
+    return bytes(body)
 
 
 class Discovery:

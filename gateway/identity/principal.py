@@ -34,7 +34,14 @@ class Principal:
     email: str | None = None
     name: str | None = None
     client_id: str | None = None
-    groups: frozenset[str] = field(default_factory=frozenset)
+    groups: frozenset[str] = field(default_factory=frozenset)  # the IdP's token says so
+    # What the SCIM directory adds (gateway/identity/directory.py), read on each call, never
+    # stored: bindings on groups match either, the bootstrap platform-admin groups only the token's.
+    directory_groups: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def all_groups(self) -> frozenset[str]:
+        return self.groups | self.directory_groups
 
     def actor(self) -> dict[str, Any]:
         """What the audit log writes of the caller: never a token, never a group list."""

@@ -225,3 +225,20 @@ def test_an_admin_call_with_a_wrong_token_through_the_cli_says_so(oidc_gateway: 
     oidc_gateway.secrets_created.append(expired)
     with pytest.raises(CliError, match="HTTP 401: The access token is not valid"):
         AdminClient(oidc_gateway.url, expired).call("GET", "/admin/v1/teams")
+
+
+def test_the_bootstrap_groups_count_only_from_the_token_never_the_directory() -> None:
+    """Whoever holds the SCIM token must not make anyone a platform admin by naming a SCIM group
+    after a bootstrap group; a binding on a SCIM group works as on a token's."""
+    from gateway.identity.bindings import RoleBinding, Subject, grants
+    from gateway.identity.principal import Kind, Principal
+    from gateway.identity.roles import Role
+
+    person = Principal(Kind.PERSON, subject="eve", directory_groups=frozenset({"platform-admins", "ml"}))
+    binding = RoleBinding.new(Subject.GROUP, "ml", Role.AUDITOR, None, None, {"kind": "token"})
+    held = grants(person, [binding], {}, frozenset({"platform-admins"}))
+    assert [(g.role, g.via) for g in held] == [(Role.AUDITOR, binding.id)]
+    from_token = Principal(Kind.PERSON, subject="ana", groups=frozenset({"platform-admins"}))
+    assert [g.role for g in grants(from_token, [], {}, frozenset({"platform-admins"}))] == [
+        Role.PLATFORM_ADMIN
+    ]
