@@ -12,7 +12,6 @@ every `*_created` series (see NoCreatedRegistry).
 from __future__ import annotations
 
 import contextlib
-from bisect import bisect_left
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
@@ -28,6 +27,7 @@ from prometheus_client import (
 from prometheus_client.metrics_core import Metric
 
 from gateway.pricing import Price
+from gateway.seams.prometheus import PerRequestCounter, PerRequestGauge, PerRequestHistogram
 
 # LLM requests run from milliseconds (a 429) to many minutes (a long generation).
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -79,72 +79,41 @@ class NoCreatedRegistry(CollectorRegistry):
             yield kept
 
 
-class _PerRequestCounter(Counter):
-    """The per-request series (one request touches half a dozen): a labelled child's update
-    without prometheus_client's two observability-check calls per update, and a histogram's
-    bucket found by bisection instead of a Python loop over its bounds. Only ever used through
-    `labels()` (Metrics.child), so the check has nothing to catch; the values, their locks and
-    the exposition are prometheus_client's (tests/observability/test_metrics_lean.py compares
-    the exposition with the stock classes')."""
-
-    def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
-        self._value.inc(amount)
-
-
-class _PerRequestGauge(Gauge):
-    __doc__ = _PerRequestCounter.__doc__
-
-    def inc(self, amount: float = 1) -> None:
-        self._value.inc(amount)
-
-    def dec(self, amount: float = 1) -> None:
-        self._value.inc(-amount)
-
-
-class _PerRequestHistogram(Histogram):
-    __doc__ = _PerRequestCounter.__doc__
-
-    def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
-        self._sum.inc(amount)
-        # The first bound >= amount, as the stock loop's `amount <= bound` (the last is +Inf).
-        self._buckets[bisect_left(self._upper_bounds, amount)].inc(1)
-
-
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         """`registry`: default a fresh NoCreatedRegistry; one passed in is used as it is."""
         self.registry = NoCreatedRegistry() if registry is None else registry
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
-        self.requests = _PerRequestCounter(
+        self.requests = PerRequestCounter(
             "sluicegate_requests_total",
             "API requests answered, by model, team, client API (chat, completions, embeddings, "
             "messages, responses, models) and HTTP status code.",
             ["model", "team", "api", "code"],
             registry=r,
         )
-        self.request_duration = _PerRequestHistogram(
+        self.request_duration = PerRequestHistogram(
             "sluicegate_request_duration_seconds",
             "Time from request to the last byte sent to the client.",
             ["model"],
             buckets=_DURATION_BUCKETS,
             registry=r,
         )
-        self.time_to_first_token = _PerRequestHistogram(
+        self.time_to_first_token = PerRequestHistogram(
             "sluicegate_time_to_first_token_seconds",
             "Time from request to the first generated token relayed to the client (streams).",
             ["model"],
             buckets=_TTFT_BUCKETS,
             registry=r,
         )
-        self.time_per_output_token = _PerRequestHistogram(
+        self.time_per_output_token = PerRequestHistogram(
             "sluicegate_time_per_output_token_seconds",
             "Mean time between generated tokens after the first, per stream.",
             ["model"],
             buckets=_TPOT_BUCKETS,
             registry=r,
         )
-        self.tokens = _PerRequestCounter(
+        self.tokens = PerRequestCounter(
             "sluicegate_tokens_total",
             "Tokens metered, by model, team and type (prompt or completion).",
             ["model", "team", "type"],
@@ -160,7 +129,7 @@ class Metrics:
             ["model", "type", "currency"],
             registry=r,
         )
-        self.upstream_errors = _PerRequestCounter(
+        self.upstream_errors = PerRequestCounter(
             "sluicegate_upstream_errors_total",
             "Failures talking to workers, by model and reason.",
             ["model", "reason"],
@@ -173,7 +142,7 @@ class Metrics:
             ["model", "team", "limit", "scope"],
             registry=r,
         )
-        self.inflight = _PerRequestGauge(
+        self.inflight = PerRequestGauge(
             "sluicegate_inflight_requests",
             "Requests currently being answered by a worker.",
             ["model"],
