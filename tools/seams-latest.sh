@@ -7,7 +7,7 @@ set -eu
 PYTHON=${PYTHON:-python3}
 VENV=${SEAMS_VENV:-.cache/seams-latest}
 # The seamed libraries, as pyproject.toml names them, and what moves with them.
-SEAMED="starlette uvicorn redis[hiredis] prometheus-client opentelemetry-sdk opentelemetry-exporter-otlp-proto-http opentelemetry-proto"
+SEAMED="starlette uvicorn redis[hiredis] opentelemetry-sdk opentelemetry-exporter-otlp-proto-http opentelemetry-proto"
 
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
@@ -29,6 +29,6 @@ PY
 echo "$OTHERS" | tr '\n' '\0' | xargs -0 "$VENV/bin/python" -m pip install --quiet
 # shellcheck disable=SC2086
 "$VENV/bin/python" -m pip install --quiet --upgrade $SEAMED 2>&1 | grep -v "requires\|dependency resolver" || true
-"$VENV/bin/python" -m pip list 2>/dev/null | grep -iE "^(starlette|uvicorn|redis|hiredis|prometheus.client|opentelemetry-(sdk|exporter-otlp-proto-http|proto)) "
+"$VENV/bin/python" -m pip list 2>/dev/null | grep -iE "^(starlette|uvicorn|redis|hiredis|opentelemetry-(sdk|exporter-otlp-proto-http|proto)) "
 # tests/conftest.py serves the whole suite (SDKs, servers); the seam tests need none of it.
 "$VENV/bin/python" -m pytest -p no:cacheprovider --noconftest -q tests/seams

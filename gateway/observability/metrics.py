@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -26,8 +26,8 @@ from prometheus_client import (
 )
 from prometheus_client.metrics_core import Metric
 
+from gateway.observability.series import CounterSeries, GaugeSeries, HistogramSeries
 from gateway.pricing import Price
-from gateway.seams.prometheus import PerRequestCounter, PerRequestGauge, PerRequestHistogram
 
 # LLM requests run from milliseconds (a 429) to many minutes (a long generation).
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -55,8 +55,14 @@ _DECISION_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2.5e-4, 1e-3)
 _QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 UNKNOWN_MODEL = "unknown"
-MetricT = TypeVar("MetricT", Counter, Gauge, Histogram)
+ChildT = TypeVar("ChildT", covariant=True)
 _WITH_CREATED = ("counter", "histogram", "summary")
+
+
+class Labelled(Protocol[ChildT]):
+    """A labelled series: prometheus_client's classes, and the per-request ones (series.py)."""
+
+    def labels(self, *values: str) -> ChildT: ...
 
 
 class NoCreatedRegistry(CollectorRegistry):
@@ -85,35 +91,35 @@ class Metrics:
         self.registry = NoCreatedRegistry() if registry is None else registry
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
-        self.requests = PerRequestCounter(
+        self.requests = CounterSeries(
             "sluicegate_requests_total",
             "API requests answered, by model, team, client API (chat, completions, embeddings, "
             "messages, responses, models) and HTTP status code.",
             ["model", "team", "api", "code"],
             registry=r,
         )
-        self.request_duration = PerRequestHistogram(
+        self.request_duration = HistogramSeries(
             "sluicegate_request_duration_seconds",
             "Time from request to the last byte sent to the client.",
             ["model"],
             buckets=_DURATION_BUCKETS,
             registry=r,
         )
-        self.time_to_first_token = PerRequestHistogram(
+        self.time_to_first_token = HistogramSeries(
             "sluicegate_time_to_first_token_seconds",
             "Time from request to the first generated token relayed to the client (streams).",
             ["model"],
             buckets=_TTFT_BUCKETS,
             registry=r,
         )
-        self.time_per_output_token = PerRequestHistogram(
+        self.time_per_output_token = HistogramSeries(
             "sluicegate_time_per_output_token_seconds",
             "Mean time between generated tokens after the first, per stream.",
             ["model"],
             buckets=_TPOT_BUCKETS,
             registry=r,
         )
-        self.tokens = PerRequestCounter(
+        self.tokens = CounterSeries(
             "sluicegate_tokens_total",
             "Tokens metered, by model, team and type (prompt or completion).",
             ["model", "team", "type"],
@@ -129,7 +135,7 @@ class Metrics:
             ["model", "type", "currency"],
             registry=r,
         )
-        self.upstream_errors = PerRequestCounter(
+        self.upstream_errors = CounterSeries(
             "sluicegate_upstream_errors_total",
             "Failures talking to workers, by model and reason.",
             ["model", "reason"],
@@ -142,7 +148,7 @@ class Metrics:
             ["model", "team", "limit", "scope"],
             registry=r,
         )
-        self.inflight = PerRequestGauge(
+        self.inflight = GaugeSeries(
             "sluicegate_inflight_requests",
             "Requests currently being answered by a worker.",
             ["model"],
@@ -323,12 +329,12 @@ class Metrics:
             self.model_price.labels(model, "prompt", new.currency).set(prompt)
             self.model_price.labels(model, "completion", new.currency).set(completion)
 
-    def child(self, metric: MetricT, *labels: str) -> MetricT:
+    def child(self, metric: Labelled[ChildT], *labels: str) -> ChildT:
         """`metric.labels(*labels)`, remembered: prometheus_client checks and locks on every
         `labels()` call, several microseconds each, and a request makes half a dozen. Safe to
         keep: every label set here is bounded (configured models and teams, status codes)."""
         key = (id(metric), labels)
-        found: MetricT | None = self._children.get(key)  # Any: no `cast` call per look-up
+        found: ChildT | None = self._children.get(key)  # Any: no `cast` call per look-up
         if found is None:
             found = self._children[key] = metric.labels(*labels)
         return found
