@@ -28,7 +28,7 @@ from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
 from gateway.proxy.worker_client import KEEPALIVE_S, WorkerClient
 from gateway.proxy.worker_connection import WorkerResponse
-from gateway.proxy.worker_http import LocalExhaustion, Unreachable, WorkerHttpError
+from gateway.proxy.worker_http import LocalExhaustion, Unanswered, Unreachable, WorkerHttpError
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.health import ENDPOINT_FAILED, NO_VERDICT, SERVED, Verdict, VerdictKind
 from gateway.routing.policy import RouteRequest
@@ -323,6 +323,13 @@ class Upstream:
                     reason,
                     type(exc).__name__,
                 )
+                if isinstance(exc, Unanswered):
+                    # The worker may have read the request: it is sent to no worker again (a
+                    # stored Responses call must not be made twice).
+                    raise GatewayError(
+                        ErrorCode.UPSTREAM_ERROR,
+                        f"The worker for model '{model.name}' closed the connection without answering.",
+                    ) from None
             except TimeoutError:
                 # The head deadline is the request's own (first_token, or total for a long
                 # generation): one team's slow requests are not the endpoint's fault alone.

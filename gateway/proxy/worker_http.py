@@ -23,6 +23,17 @@ class Malformed(WorkerHttpError):
     """The worker's bytes are not an HTTP answer (or a head past MAX_HEAD_BYTES)."""
 
 
+class Unanswered(WorkerHttpError):
+    """The connection closed after the request went out, before any byte of an answer: the worker
+    may have read it (and generated, or stored a response), so it is never sent again."""
+
+
+class WrongAnswer(Malformed):
+    """An answer the gateway will not serve: compressed though identity was asked for (its usage
+    could not be read), or echoing another request's x-request-id (a late answer on a reused
+    connection). The connection is closed."""
+
+
 class BrokenOff(WorkerHttpError):
     """The answer's body ended before its end, or went on as bytes that are not HTTP."""
 

@@ -1,11 +1,13 @@
-"""A pooled worker connection that the worker closed: the next request sent on it finds it gone
-(a worker's keep-alive ends, or it restarted). That is no failure of the endpoint's: the request
-is sent again on a fresh connection, the client gets its answer, and the endpoint stays healthy
-for every team.
+"""A pooled worker connection that the worker closed while it sat idle (a worker's keep-alive
+ends, or it restarted): the next request finds it gone before writing a byte. That is no failure
+of the endpoint's: the request goes on a fresh connection, the client gets its answer, and the
+endpoint stays healthy for every team. A connection the worker closes after reading a request is
+another matter: the worker may have generated, so that request is never sent again (the worker
+counts it once) and the client gets a 502.
 
 The worker is a raw asyncio server that answers the first request on each connection with
-keep-alive, and drops the connection, unanswered, when another request comes on it: every
-request on a reused connection meets a connection the worker has just closed."""
+keep-alive, then either closes the connection at once (`close_idle`) or reads the next request
+on it and drops the connection unanswered."""
 
 from __future__ import annotations
 
@@ -24,10 +26,13 @@ MODEL = "m"
 
 
 class ClosingWorker:
-    def __init__(self, *, drop_all: bool = False) -> None:
+    def __init__(self, *, drop_all: bool = False, close_idle: bool = False) -> None:
         # drop_all: every POST is read whole and then dropped unanswered, on a connection the
         # worker never let idle (a worker that dies mid-generation), and nothing is kept alive.
         self._drop_all = drop_all
+        # close_idle: each connection is closed right after its first answer, before any other
+        # request can come on it (a worker's keep-alive that ran out).
+        self._close_idle = close_idle
         self.posts = 0
         self.answered = 0
         self.dropped = 0
@@ -66,7 +71,7 @@ class ClosingWorker:
                     b"content-length: %d\r\n\r\n" % (keep, len(body)) + body
                 )
                 await writer.drain()
-                if self._drop_all:
+                if self._drop_all or self._close_idle:
                     break
         writer.close()
 
@@ -74,10 +79,10 @@ class ClosingWorker:
         return run_raw_server(self._connection)
 
 
-def test_a_request_on_a_connection_the_worker_closed_is_sent_again_on_a_fresh_one(
+def test_a_request_finding_its_pooled_connection_closed_goes_on_a_fresh_one(
     make_gateway: GatewayFactory,
 ) -> None:
-    worker = ClosingWorker()
+    worker = ClosingWorker(close_idle=True)
     with worker.running() as url:
         table = ModelTable((ModelConfig(name=MODEL, endpoints=(url,)),))
         with make_gateway(table) as gw:
@@ -86,11 +91,27 @@ def test_a_request_on_a_connection_the_worker_closed_is_sent_again_on_a_fresh_on
             for _ in range(4):
                 reply = post(f"{gw.url}/v1/chat/completions", body, key=key)
                 assert reply.status == 200, reply.body
-            # A request on a reused connection met it closed (the one after it takes a new one).
-            assert worker.dropped >= 1
-            assert worker.answered == 4
+            # Every request seen once, each on a connection of its own.
+            assert (worker.posts, worker.answered, worker.dropped) == (4, 4, 0)
             assert metric(gw, "sluicegate_upstream_errors_total") == 0
             assert endpoint_view(gw, MODEL, url)["state"] == "healthy"
+
+
+def test_a_request_the_worker_read_on_a_pooled_connection_and_dropped_is_not_sent_again(
+    make_gateway: GatewayFactory,
+) -> None:
+    """The review's case: sending it again on a new connection had the worker see it twice."""
+    worker = ClosingWorker()
+    with worker.running() as url:
+        table = ModelTable((ModelConfig(name=MODEL, endpoints=(url,)),))
+        with make_gateway(table) as gw:
+            key = gw.new_key()["key"]
+            body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+            assert post(f"{gw.url}/v1/chat/completions", body, key=key).status == 200
+            reply = post(f"{gw.url}/v1/chat/completions", body, key=key)
+            assert reply.status == 502, reply.body
+            assert json.loads(reply.body)["error"]["type"] == "upstream_error"
+            assert (worker.posts, worker.answered, worker.dropped) == (2, 1, 1)
 
 
 def test_a_request_dropped_on_a_fresh_connection_is_not_sent_again(make_gateway: GatewayFactory) -> None:
