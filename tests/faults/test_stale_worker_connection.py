@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 
 from gateway.model_table import ModelConfig, ModelTable
-from gateway.proxy.worker_client import KEEPALIVE_S
+from gateway.worker.client import KEEPALIVE_S
 from tests.conftest import GatewayFactory
 from tests.http import post
 from tests.routing.conftest import endpoint_view, metric
 from tests.servers import read_request, run_raw_server
+from tests.waiting import wait_until
 
 MODEL = "m"
 
@@ -36,18 +38,20 @@ class ClosingWorker:
         self.posts = 0
         self.answered = 0
         self.dropped = 0
+        self.closes_seen = 0  # close_idle: connections whose close the gateway has seen
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         served = 0
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while True:
                 head, _ = await read_request(reader)
-                self.posts += head.startswith(b"POST")
-                if (served or self._drop_all) and head.startswith(b"POST"):
+                is_post = head.startswith(b"POST")
+                self.posts += is_post
+                if (served or self._drop_all) and is_post:
                     self.dropped += 1
                     writer.transport.abort()  # gone, as a worker whose idle timer fired
                     return
-                served += 1
+                served += is_post
                 body = json.dumps(
                     {
                         "id": "c1",
@@ -65,18 +69,34 @@ class ClosingWorker:
                 ).encode()
                 if head.startswith(b"POST"):
                     self.answered += 1
-                keep = b"close" if self._drop_all else b"keep-alive"
+                # The gateway's probes share its worker client: their connections are never kept,
+                # so that only requests' connections meet what each test scripts.
+                keep = b"close" if self._drop_all or not is_post else b"keep-alive"
                 writer.write(
                     b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: %s\r\n"
                     b"content-length: %d\r\n\r\n" % (keep, len(body)) + body
                 )
                 await writer.drain()
-                if self._drop_all or self._close_idle:
+                if not is_post:
+                    break
+                if self._close_idle:
+                    # Closed by the worker, then held until the gateway closes its side: by then
+                    # the gateway has seen the close (what the test waits for, not a time).
+                    writer.write_eof()
+                    while await reader.read(65536):
+                        pass
+                    self.closes_seen += 1
+                    break
+                if self._drop_all:
                     break
         writer.close()
 
     def running(self) -> contextlib.AbstractContextManager[str]:
         return run_raw_server(self._connection)
+
+
+def _closes_seen(worker: ClosingWorker, n: int) -> bool:
+    return worker.closes_seen == n
 
 
 def test_a_request_finding_its_pooled_connection_closed_goes_on_a_fresh_one(
@@ -88,9 +108,11 @@ def test_a_request_finding_its_pooled_connection_closed_goes_on_a_fresh_one(
         with make_gateway(table) as gw:
             key = gw.new_key()["key"]
             body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
-            for _ in range(4):
+            for n in range(1, 5):
                 reply = post(f"{gw.url}/v1/chat/completions", body, key=key)
                 assert reply.status == 200, reply.body
+                # The next request finds the pooled connection closed before its write.
+                wait_until(functools.partial(_closes_seen, worker, n), 10, "the gateway saw the close")
             # Every request seen once, each on a connection of its own.
             assert (worker.posts, worker.answered, worker.dropped) == (4, 4, 0)
             assert metric(gw, "sluicegate_upstream_errors_total") == 0

@@ -1,5 +1,5 @@
 """What an independent review checked by hand on the worker call's HTTP/1.1 client
-(gateway/proxy/worker_client.py), pinned against raw servers on real sockets: informational
+(gateway/worker/client.py), pinned against raw servers on real sockets: informational
 answers, a 101, chunked answers with trailers, a close after the head, bytes after a complete
 answer, a pooled connection closed before the write against one closed after the worker read the
 request (the worker counts each request: none is seen twice), a compressed answer, and an answer
@@ -11,10 +11,27 @@ import asyncio
 
 import pytest
 
-from gateway.proxy.worker_client import WorkerClient
-from gateway.proxy.worker_http import BrokenOff, Malformed, Unanswered, WorkerHttpError, WrongAnswer
+from gateway.worker.client import WorkerClient
+from gateway.worker.http import BrokenOff, Malformed, Unanswered, WorkerHttpError, WrongAnswer
 from tests.waiting import eventually
 from tests.workers.test_worker_client import OK, Answer, Server, answering, post, read_all
+
+
+def first_then_dropped(data: bytes) -> Answer:
+    """Answers the first request with `data`; reads each later one whole, then drops its
+    connection unanswered."""
+    answered = False
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answered
+        if answered:
+            writer.transport.abort()
+            raise ConnectionError
+        answered = True
+        writer.write(data)
+        await writer.drain()
+
+    return answer
 
 
 async def _one(client: WorkerClient, server: Server, headers: dict[str, str] | None = None) -> bytes:
@@ -129,15 +146,7 @@ def test_a_pooled_connection_closed_after_the_worker_read_the_request_is_not_sen
     unanswered. Sending it again on a new connection would have the worker see it twice."""
 
     async def scenario() -> tuple[type[BaseException] | None, int, int]:
-        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            if len(server.requests) > 1:  # the second request, read whole: dropped
-                writer.transport.abort()
-                raise ConnectionError
-            writer.write(OK)
-            await writer.drain()
-
-        server = Server(answer)
-        async with server:
+        async with Server(first_then_dropped(OK)) as server:
             client = WorkerClient()
             await _one(client, server)
             error: type[BaseException] | None = None

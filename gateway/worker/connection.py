@@ -1,6 +1,6 @@
-"""One worker connection of the worker call's HTTP/1.1 client (gateway/proxy/worker_client.py,
+"""One worker connection of the worker call's HTTP/1.1 client (gateway/worker/client.py,
 which keeps them): the request it carries, the answer's head parsed by httptools, and its body
-as it arrives, with the bounds the client's docstring gives (its errors and target: worker_http.py).
+as it arrives, with the bounds the client's docstring gives (its errors and target: http.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Protocol, cast
 
 import httptools
 
-from gateway.proxy.worker_http import (
+from gateway.worker.http import (
     BrokenOff,
     Malformed,
     Target,

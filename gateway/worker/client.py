@@ -5,10 +5,10 @@ per 16-token stream (bench/instructions_bench.py's method, on the mock worker): 
 a bare proxy's whole request. A worker call needs a small part of what it does (no cookies,
 redirects, proxies, compression or multipart), so this client is asyncio's Protocol, httptools'
 response parser (what uvicorn already parses requests with) and a keep-alive pool, at about a
-tenth of that. Side calls (a stored response read back, a token count, probes, discovery) stay on
-aiohttp.
+tenth of that. Every other call to a worker (a stored response read back, a token count, health
+probes, load scrapes) goes through it too (`fetch`), with the same bounds, TLS and retry rule.
 
-Here the keep-alive pool; one connection, its parsing and its bounds, in worker_connection.py.
+Here the keep-alive pool; one connection, its parsing and its bounds, in connection.py.
 
 What it bounds: a response head (`MAX_HEAD_BYTES`, else the answer is not HTTP to us), and the body
 it holds unread (reading pauses past `_HIGH_WATER` until the reader takes it). The caller bounds
@@ -31,8 +31,16 @@ import ssl
 from collections.abc import Mapping
 
 from gateway.http.exhaustion import LOCAL_ERRNOS
-from gateway.proxy.worker_connection import WorkerConnection, WorkerResponse
-from gateway.proxy.worker_http import LocalExhaustion, Target, Unreachable, parse_target
+from gateway.worker.connection import WorkerConnection, WorkerResponse
+from gateway.worker.http import (
+    LocalExhaustion,
+    SmallAnswer,
+    Target,
+    TooLarge,
+    Unreachable,
+    parse_target,
+    split_url,
+)
 
 log = logging.getLogger("sluicegate.upstream")
 
@@ -97,6 +105,34 @@ class WorkerClient:
                 log.info("stale worker connection, retried on a new one")
         conn = await self._connect(target, connect_s)
         return await conn.request(head, body, request_id)
+
+    async def fetch(
+        self,
+        method: str,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        connect_s: float,
+        max_bytes: int,
+    ) -> SmallAnswer:
+        """A short call's whole answer; `TooLarge` past `max_bytes`. The caller bounds the time.
+        A connection whose answer was read whole goes back to the pool."""
+        base, path = split_url(url)
+        response = await self.post(base, path, body, headers, connect_s=connect_s, method=method.encode())
+        try:
+            parts: list[bytes] = []
+            size = 0
+            while part := await response.content.readany():
+                size += len(part)
+                if size > max_bytes:
+                    raise TooLarge(f"an answer past {max_bytes} bytes")
+                parts.append(part)
+        except BaseException:
+            response.close()
+            raise
+        response.release()
+        return SmallAnswer(response.status, b"".join(parts), response.headers)
 
     async def aclose(self) -> None:
         """Closes every connection, and waits (a little) until their sockets are closed: a loop
