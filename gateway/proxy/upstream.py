@@ -39,6 +39,7 @@ from gateway.worker.http import (
     Unanswered,
     Unreachable,
     WorkerHttpError,
+    WrongAnswer,
 )
 
 if TYPE_CHECKING:
@@ -304,13 +305,10 @@ class Upstream:
                     reason,
                     type(exc).__name__,
                 )
-                if isinstance(exc, Unanswered):
-                    # The worker may have read the request: it is sent to no worker again (a
+                if isinstance(exc, Unanswered | WrongAnswer):
+                    # The worker read the request, or may have: it is sent to no worker again (a
                     # stored Responses call must not be made twice).
-                    raise GatewayError(
-                        ErrorCode.UPSTREAM_ERROR,
-                        f"The worker for model '{model.name}' closed the connection without answering.",
-                    ) from None
+                    raise GatewayError(ErrorCode.UPSTREAM_ERROR, _not_sent_again(model.name, exc)) from None
             except TimeoutError:
                 # The head deadline is the request's own (first_token, or total for a long
                 # generation): one team's slow requests are not the endpoint's fault alone.
@@ -332,3 +330,9 @@ class Upstream:
         if bad_answers:
             raise WorkerBroken(f"The worker for model '{model.name}' answered with a malformed response.")
         raise PoolUnavailable(f"pool '{pool.name}': {last_failure}", pool.next_chance_s())
+
+
+def _not_sent_again(model: str, exc: WorkerHttpError) -> str:
+    if isinstance(exc, Unanswered):
+        return f"The worker for model '{model}' closed the connection without answering."
+    return f"The worker for model '{model}' answered with a response the gateway does not serve: {exc}."
