@@ -10,11 +10,13 @@ import random
 import pytest
 
 from gateway.errors import GatewayError
-from gateway.model_table import ModelTable
+from gateway.model_table import ModelConfig, ModelTable
 from gateway.observability.metrics import Metrics
 from gateway.proxy.upstream import Upstream
+from gateway.routing.monitor import Monitor
 from gateway.routing.router import Router
 from gateway.worker.client import WorkerClient
+from tests.waiting import eventually
 from tests.workers.test_worker_answers_pinned import first_then_dropped
 from tests.workers.test_worker_client import OK, Server, answering
 
@@ -80,3 +82,30 @@ def test_a_side_call_the_worker_read_and_dropped_on_a_pooled_connection_is_not_s
             return caught.value.code.wire_code, len(server.requests), server.connections
 
     assert asyncio.run(scenario()) == ("upstream_error", 2, 1)
+
+
+def test_the_monitors_checks_go_through_the_worker_client_it_is_given() -> None:
+    """A pending endpoint's confirmation (GET /v1/models) on the app's one worker client: it asks
+    for identity, and its connection is that client's (closed with it)."""
+
+    async def scenario() -> tuple[bytes, bool]:
+        models = b'{"object":"list","data":[{"id":"m","object":"model"}]}'
+        answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+            len(models),
+            models,
+        )
+        async with Server(answering(answer)) as server:
+            client = WorkerClient()
+            table = ModelTable((ModelConfig(name="m", endpoints=(server.url,)),))
+            monitor = Monitor(Router(table, Metrics(), rng=random.Random(1)), client, tick_s=0.01)
+            monitor.start()
+            await eventually(lambda: server.requests, "a confirmation")
+            await monitor.stop()
+            await client.aclose()
+            await asyncio.wait_for(server.closed.wait(), 10)
+            return server.requests[0], server.closed.is_set()
+
+    request, closed = asyncio.run(scenario())
+    assert request.startswith(b"GET /v1/models HTTP/1.1\r\n")
+    assert b"\r\nAccept-Encoding: identity\r\n" in request
+    assert closed
