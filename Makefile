@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast test-vllm lint bench clean helm chromium axe agents idp image
+.PHONY: demo test test-fast test-vllm lint bench clean helm chromium axe agents idp image seams-latest
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,11 @@ image:
 test-vllm: $(BIN)/.installed
 	workers/vllm/setup.sh
 	SLUICEGATE_TEST_VLLM=1 $(BIN)/python -m pytest tests/vllm
+
+# The seam tests (tests/seams) on the newest releases of the libraries whose internals the gateway
+# uses (gateway/seams/), in a scratch venv (.cache/seams-latest): how a pin is moved (docs/testing.md).
+seams-latest:
+	PYTHON=$(PYTHON) tools/seams-latest.sh
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/gateway_bench.py

@@ -48,11 +48,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gateway.model_table import HealthConfig, ModelConfig, ModelTable, PrefixConfig, RoutingConfig
 from gateway.observability.metrics import Metrics
 from gateway.proxy.cache_salt import derive
-from gateway.proxy.upstream import Upstream, new_session
+from gateway.proxy.upstream import Upstream
 from gateway.routing.monitor import Monitor
 from gateway.routing.policy import RouteRequest
 from gateway.routing.prefix import DEFAULT_BLOCK_BYTES, body_blocks
 from gateway.routing.router import Router
+from gateway.worker.client import WorkerClient
 from tests.routing.kv_worker import TENANT_HEADER, KVCacheWorker, TenantCounters
 from tests.servers import listening_socket
 
@@ -168,7 +169,7 @@ async def _phase(
         health=HealthConfig(probe_interval=1.0),  # scraped every second, as by default
     )
     router = Router(ModelTable((model,)), Metrics(), rng=random.Random(seed))
-    session = new_session()
+    session = WorkerClient()
     monitor = Monitor(router, session)
     monitor.start()
     upstream = Upstream(session, router, router.metrics)
@@ -250,7 +251,7 @@ async def _phase(
     result.teams = _sum_teams([e.tenants for e in engines])
     await monitor.stop()
     await upstream.aclose()
-    await session.close()
+    await session.aclose()
     for server, _, task in served:
         server.should_exit = True
         await task

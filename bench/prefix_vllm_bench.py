@@ -35,11 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from gateway.observability.metrics import Metrics
 from gateway.proxy.cache_salt import derive
-from gateway.proxy.upstream import Upstream, new_session
+from gateway.proxy.upstream import Upstream
 from gateway.routing.monitor import Monitor
 from gateway.routing.policy import RouteRequest
 from gateway.routing.prefix import DEFAULT_BLOCK_BYTES, body_blocks
 from gateway.routing.router import Router
+from gateway.worker.client import WorkerClient
 from tests.vllm.prefix_workload import MAX_TOKENS, SERVED_NAME, Oracle, hit_rate, run_workload, two_vllms
 
 T = TypeVar("T")
@@ -112,11 +113,13 @@ class Gateway:
         router = Router(
             ModelTable((ModelConfig(name=SERVED_NAME, endpoints=tuple(urls), routing=routing),)), Metrics()
         )
-        session = new_session()
-        monitor = Monitor(router, session)
+        # The oracle's direct calls: a plain aiohttp session (a bench client, not the gateway's).
+        session = aiohttp.ClientSession()
+        workers = WorkerClient()
+        monitor = Monitor(router, workers)
         monitor.start()
         await asyncio.sleep(1.2)  # a scrape round
-        return router, monitor, session, Upstream(session, router, router.metrics)
+        return router, monitor, session, Upstream(workers, router, router.metrics)
 
     async def send(self, conversation: str, body: bytes, ttft: list[float]) -> str:
         """The answer's text; the oracle (policy None) sends straight to its engine."""

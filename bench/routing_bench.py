@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from gateway.observability.metrics import Metrics
-from gateway.proxy.upstream import Upstream, new_session
+from gateway.proxy.upstream import Upstream
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.load import Load, apply_load
 from gateway.routing.monitor import Monitor
@@ -40,6 +40,7 @@ from gateway.routing.policy import (
     RouteRequest,
 )
 from gateway.routing.router import Router
+from gateway.worker.client import WorkerClient
 from tests.routing.worker import ProgrammableWorker
 from tests.servers import listening_socket
 
@@ -82,7 +83,7 @@ async def _phase(name: str, policy: Policy | None, requests: int, limit_s: float
     if policy is not None:
         for pool in router.pools():
             pool.use_policy(policy)
-    session = new_session()
+    session = WorkerClient()
     monitor = Monitor(router, session)
     monitor.start()
     upstream = Upstream(session, router, router.metrics)
@@ -118,7 +119,7 @@ async def _phase(name: str, policy: Policy | None, requests: int, limit_s: float
     elapsed = loop.time() - started
     await monitor.stop()
     await upstream.aclose()
-    await session.close()
+    await session.aclose()
     for server, _, task in served:
         server.should_exit = True
         await task

@@ -59,7 +59,7 @@ from gateway.proxy.forwarding import Forwarding
 from gateway.proxy.gate import Gate
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.request_limits import RequestLimits
-from gateway.proxy.upstream import Upstream, new_session
+from gateway.proxy.upstream import Upstream
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
 from gateway.redis.client import close_redis, connect_redis, learn_topology
@@ -73,6 +73,7 @@ from gateway.routing.vtc_store import FairShareStore
 from gateway.scim.routes import scim_mount
 from gateway.scim.store import ScimStore
 from gateway.state import AppState, app_state
+from gateway.worker.client import WorkerClient
 
 log = logging.getLogger("sluicegate.app")
 
@@ -154,7 +155,7 @@ def create_app(
         )
         redis = connect_redis(settings)
         await learn_topology(redis, settings.redis_timeout_s)
-        session = new_session()
+        workers = WorkerClient()  # every call to a worker: the requests', probes, scrapes
         keystore = KeyStore(redis)
         stored = StoredResponses(
             redis, ttl_s=settings.stored_response_ttl_s, timeout_s=settings.redis_timeout_s
@@ -164,7 +165,7 @@ def create_app(
         meter.start(spool)
         # A failed call opens it for one Redis timeout: then one request probes again.
         breaker = RedisBreaker(cool_down_s=settings.redis_timeout_s)
-        upstream = Upstream(session, router, metrics)
+        upstream = Upstream(workers, router, metrics)
         auth = Authenticator(
             keystore,
             breaker,
@@ -233,8 +234,9 @@ def create_app(
         router.attach_fair_share(
             FairShareStore(share_redis, breaker, metrics, timeout_s=settings.redis_timeout_s)
         )
-        # Confirms discovered endpoints, probes /health, scrapes load: stopped before the session.
-        monitor = Monitor(router, session)
+        # Confirms discovered endpoints, probes /health, scrapes load: stopped before the worker
+        # client closes (with the upstream).
+        monitor = Monitor(router, workers)
         monitor.start()
         prefix_share = None
         if settings.prefix_share_interval_s > 0:
@@ -291,7 +293,6 @@ def create_app(
             await limiter.aclose()  # after the drain: nothing runs that holds a slot
             await meter.stop(spool)
             await upstream.aclose()
-            await session.close()
             await close_redis(redis)
             if tracing is not None:
                 await asyncio.to_thread(tracing.shutdown)  # flushes: blocking, so off the loop

@@ -69,9 +69,9 @@ RULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         "worker call",
         (
             ("gateway/proxy/upstream.py", ""),
-            ("gateway/proxy/worker_client.py", ""),
-            ("gateway/proxy/worker_connection.py", ""),
-            ("gateway/proxy/worker_http.py", ""),
+            ("gateway/worker/client.py", ""),
+            ("gateway/worker/connection.py", ""),
+            ("gateway/worker/http.py", ""),
             ("gateway/proxy/forwarding.py", ""),
             ("aiohttp/", ""),
         ),

@@ -27,6 +27,7 @@ from types import FrameType
 import uvicorn
 
 from gateway.drain import Drain
+from gateway.seams.uvicorn import open_connections, request_tasks
 
 log = logging.getLogger("sluicegate.shutdown")
 
@@ -90,22 +91,22 @@ class DrainingServer(uvicorn.Server):
         for sock in sockets or []:
             sock.close()
         # Idle keep-alive connections close now; busy ones once their answer is complete.
-        for connection in list(self.server_state.connections):
+        for connection in open_connections(self):
             connection.shutdown()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._drain_timeout_s
-        while self.server_state.tasks and not self.drain.hurried and loop.time() < deadline:  # noqa: ASYNC110
+        while request_tasks(self) and not self.drain.hurried and loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(_POLL_S)
-        if self.server_state.tasks:
-            log.warning("shutdown: drain time is up; ending %d open request(s)", len(self.server_state.tasks))
+        if request_tasks(self):
+            log.warning("shutdown: drain time is up; ending %d open request(s)", len(request_tasks(self)))
             self.drain.cut()
-            for task in list(self.server_state.tasks):
+            for task in list(request_tasks(self)):
                 task.cancel()
             cut_deadline = loop.time() + _CUT_GRACE_S
-            while self.server_state.tasks and loop.time() < cut_deadline:  # noqa: ASYNC110
+            while request_tasks(self) and loop.time() < cut_deadline:  # noqa: ASYNC110
                 await asyncio.sleep(_POLL_S)
         # What is left are connections with nothing in flight (their answers went out).
-        for connection in list(self.server_state.connections):
+        for connection in open_connections(self):
             connection.shutdown()
         await self.lifespan.shutdown()
         log.info("shutdown: complete")

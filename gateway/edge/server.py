@@ -15,7 +15,7 @@ sockets time out. A connection past the cap gets a 503 `server_busy` to its firs
 closed, while the cap leaves descriptors for the worker connections and Redis.
 
 It relies on uvicorn's internals (the parser callbacks and per-connection state of
-`HttpToolsProtocol`), which is why pyproject.toml pins uvicorn's minor version.
+`HttpToolsProtocol`), through gateway/seams/uvicorn.py, which names them.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from typing import Any, ClassVar
 
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from gateway.config import Settings
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.body import BODY_ARRIVED_EXTENSION
-from gateway.http.direct_send import DIRECT_SEND_EXTENSION
 from gateway.proxy.disconnect import ABORT_EXTENSION, GONE_EXTENSION, WRITE_ROOM_EXTENSION, GoneHooks
+from gateway.seams.starlette import DIRECT_SEND_EXTENSION
+from gateway.seams.uvicorn import HttpToolsBase, RequestResponseCycle, status_line
 
 # Requests a client may queue behind the one being answered (HTTP/1.1 pipelining). uvicorn pauses
 # reading once one is queued, but every head already in the bytes it read is parsed and queued:
@@ -79,7 +79,7 @@ async def _server_busy(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class GuardedHttpToolsProtocol(HttpToolsProtocol):
+class GuardedHttpToolsProtocol(HttpToolsBase):
     """uvicorn's httptools protocol, with a cap and a timer on each request head, and a cap in time
     on a request body that the app answered before it arrived."""
 
@@ -180,7 +180,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         extensions: dict[str, Any] = self.scope["extensions"]
         extensions[BODY_ARRIVED_EXTENSION] = lambda: self._bodies_completed >= ordinal
         # This request's own cycle (a pipelined request's is not `self.cycle` for long): its send,
-        # for a stream's events (gateway/http/direct_send.py). Weakly: the cycle holds the scope.
+        # for a stream's events (gateway/seams/starlette.py). Weakly: the cycle holds the scope.
         # A partial over a weak reference, both made in C: every request pays for it.
         extensions[DIRECT_SEND_EXTENSION] = functools.partial(_send_of, weakref.ref(self.cycle))
         if len(self.pipeline) > MAX_PIPELINED:
@@ -216,10 +216,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             # The rest of a body already answered has arrived, and the connection is idle: that is
             # uvicorn's keep-alive timeout to bound again (the body's bytes disarmed it).
             self._cancel_drain_timer()
-            self._unset_keepalive_if_required()
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
+            self.rearm_keep_alive()
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
@@ -246,7 +243,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._close()  # a response is on the wire: no room for another in it
             return
         body = error.body()
-        head = [STATUS_LINE[error.status]]
+        head = [status_line(error.status)]
         for name, value in self.server_state.default_headers:
             head.append(name + b": " + value + b"\r\n")
         head.append(b"content-type: application/json\r\n")

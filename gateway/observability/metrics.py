@@ -12,9 +12,8 @@ every `*_created` series (see NoCreatedRegistry).
 from __future__ import annotations
 
 import contextlib
-from bisect import bisect_left
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -27,6 +26,7 @@ from prometheus_client import (
 )
 from prometheus_client.metrics_core import Metric
 
+from gateway.observability.series import CounterSeries, GaugeSeries, HistogramSeries
 from gateway.pricing import Price
 
 # LLM requests run from milliseconds (a 429) to many minutes (a long generation).
@@ -57,8 +57,14 @@ _QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 
 _ESTIMATE_ERROR_BUCKETS = (-30, -10, -5, -2, -1, -0.5, -0.1, -0.01, 0.01, 0.1, 0.5, 1, 2, 5, 10, 30)
 
 UNKNOWN_MODEL = "unknown"
-MetricT = TypeVar("MetricT", Counter, Gauge, Histogram)
+ChildT = TypeVar("ChildT", covariant=True)
 _WITH_CREATED = ("counter", "histogram", "summary")
+
+
+class Labelled(Protocol[ChildT]):
+    """A labelled series: prometheus_client's classes, and the per-request ones (series.py)."""
+
+    def labels(self, *values: str) -> ChildT: ...
 
 
 class NoCreatedRegistry(CollectorRegistry):
@@ -81,72 +87,41 @@ class NoCreatedRegistry(CollectorRegistry):
             yield kept
 
 
-class _PerRequestCounter(Counter):
-    """The per-request series (one request touches half a dozen): a labelled child's update
-    without prometheus_client's two observability-check calls per update, and a histogram's
-    bucket found by bisection instead of a Python loop over its bounds. Only ever used through
-    `labels()` (Metrics.child), so the check has nothing to catch; the values, their locks and
-    the exposition are prometheus_client's (tests/observability/test_metrics_lean.py compares
-    the exposition with the stock classes')."""
-
-    def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
-        self._value.inc(amount)
-
-
-class _PerRequestGauge(Gauge):
-    __doc__ = _PerRequestCounter.__doc__
-
-    def inc(self, amount: float = 1) -> None:
-        self._value.inc(amount)
-
-    def dec(self, amount: float = 1) -> None:
-        self._value.inc(-amount)
-
-
-class _PerRequestHistogram(Histogram):
-    __doc__ = _PerRequestCounter.__doc__
-
-    def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
-        self._sum.inc(amount)
-        # The first bound >= amount, as the stock loop's `amount <= bound` (the last is +Inf).
-        self._buckets[bisect_left(self._upper_bounds, amount)].inc(1)
-
-
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         """`registry`: default a fresh NoCreatedRegistry; one passed in is used as it is."""
         self.registry = NoCreatedRegistry() if registry is None else registry
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
-        self.requests = _PerRequestCounter(
+        self.requests = CounterSeries(
             "sluicegate_requests_total",
             "API requests answered, by model, team, client API (chat, completions, embeddings, "
             "messages, responses, models) and HTTP status code.",
             ["model", "team", "api", "code"],
             registry=r,
         )
-        self.request_duration = _PerRequestHistogram(
+        self.request_duration = HistogramSeries(
             "sluicegate_request_duration_seconds",
             "Time from request to the last byte sent to the client.",
             ["model"],
             buckets=_DURATION_BUCKETS,
             registry=r,
         )
-        self.time_to_first_token = _PerRequestHistogram(
+        self.time_to_first_token = HistogramSeries(
             "sluicegate_time_to_first_token_seconds",
             "Time from request to the first generated token relayed to the client (streams).",
             ["model"],
             buckets=_TTFT_BUCKETS,
             registry=r,
         )
-        self.time_per_output_token = _PerRequestHistogram(
+        self.time_per_output_token = HistogramSeries(
             "sluicegate_time_per_output_token_seconds",
             "Mean time between generated tokens after the first, per stream.",
             ["model"],
             buckets=_TPOT_BUCKETS,
             registry=r,
         )
-        self.tokens = _PerRequestCounter(
+        self.tokens = CounterSeries(
             "sluicegate_tokens_total",
             "Tokens metered, by model, team and type (prompt or completion).",
             ["model", "team", "type"],
@@ -162,7 +137,7 @@ class Metrics:
             ["model", "type", "currency"],
             registry=r,
         )
-        self.upstream_errors = _PerRequestCounter(
+        self.upstream_errors = CounterSeries(
             "sluicegate_upstream_errors_total",
             "Failures talking to workers, by model and reason.",
             ["model", "reason"],
@@ -175,7 +150,7 @@ class Metrics:
             ["model", "team", "limit", "scope"],
             registry=r,
         )
-        self.inflight = _PerRequestGauge(
+        self.inflight = GaugeSeries(
             "sluicegate_inflight_requests",
             "Requests currently being answered by a worker.",
             ["model"],
@@ -381,12 +356,12 @@ class Metrics:
             self.model_price.labels(model, "prompt", new.currency).set(prompt)
             self.model_price.labels(model, "completion", new.currency).set(completion)
 
-    def child(self, metric: MetricT, *labels: str) -> MetricT:
+    def child(self, metric: Labelled[ChildT], *labels: str) -> ChildT:
         """`metric.labels(*labels)`, remembered: prometheus_client checks and locks on every
         `labels()` call, several microseconds each, and a request makes half a dozen. Safe to
         keep: every label set here is bounded (configured models and teams, status codes)."""
         key = (id(metric), labels)
-        found: MetricT | None = self._children.get(key)  # Any: no `cast` call per look-up
+        found: ChildT | None = self._children.get(key)  # Any: no `cast` call per look-up
         if found is None:
             found = self._children[key] = metric.labels(*labels)
         return found

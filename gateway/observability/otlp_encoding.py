@@ -7,7 +7,7 @@ span (the spans of tests/observability/test_otlp_encoding.py; an untraced reques
 against about 100 k here, where each distinct KeyValue is encoded once (`MEMO_SIZE`). What it
 writes is the SDK encoder's message, field for field (that test parses both and compares them);
 the HTTP side (endpoint, headers, TLS, compression, retries) stays the SDK's exporter's
-(`Exporter`, which reaches its `_client` and `_shutdown`: the SDK is pinned below 2, and every
+(`Exporter`, through gateway/seams/otlp.py, which names what of the exporter it relies on; every
 tracing test exports through it to a real receiver).
 
 Wire format: every field is a varint key (field number << 3 | wire type) then a varint, 8 or 4
@@ -20,11 +20,12 @@ Imported only when tracing is on (it imports the SDK).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
+
+from gateway.seams.otlp import EncodedSpanExporter
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -183,7 +184,7 @@ def encode(spans: Sequence[ReadableSpan], memo: dict[Any, bytes] | None = None) 
     return b"".join(out)
 
 
-class Exporter(OTLPSpanExporter):
+class Exporter(EncodedSpanExporter):
     """The SDK's OTLP/HTTP exporter (endpoint, headers, TLS, compression, retries: all its own),
     sending `encode`'s bytes in place of its encoder's. Used by the export thread alone."""
 
@@ -192,8 +193,4 @@ class Exporter(OTLPSpanExporter):
         self._memo: dict[Any, bytes] = {}
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self._shutdown:
-            return SpanExportResult.FAILURE
-        send: Callable[[bytes], Any] = self._client.export
-        sent = send(encode(spans, self._memo))
-        return SpanExportResult.SUCCESS if sent.success else SpanExportResult.FAILURE
+        return self.send_encoded(encode(spans, self._memo))

@@ -29,7 +29,6 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.config import Settings
 from gateway.drain import Drain
 from gateway.errors import ErrorCode, Failure, GatewayError
-from gateway.http.direct_send import direct_send
 from gateway.proxy.dialect import ClientStream, StreamTooLarge
 from gateway.proxy.disconnect import ClientWatch
 from gateway.proxy.settlement import Outcome
@@ -37,9 +36,10 @@ from gateway.proxy.sse import SSEEvent, SSEParser
 from gateway.proxy.stream_deadlines import StreamDeadlines
 from gateway.proxy.upstream import UpstreamResponse
 from gateway.proxy.usage import Usage
-from gateway.proxy.worker_connection import Body
-from gateway.proxy.worker_http import WorkerHttpError
 from gateway.proxy.worker_protocols import CHAT, Batch, WorkerProtocol
+from gateway.seams.starlette import direct_send
+from gateway.worker.connection import Body
+from gateway.worker.http import WorkerHttpError
 
 STREAM_HEADERS = (
     (b"content-type", b"text/event-stream; charset=utf-8"),

@@ -22,20 +22,26 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import aiohttp
-
 from gateway.errors import ErrorCode, Failure, GatewayError
 from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
-from gateway.proxy.worker_client import KEEPALIVE_S, WorkerClient
-from gateway.proxy.worker_connection import WorkerResponse
-from gateway.proxy.worker_http import LocalExhaustion, Unreachable, WorkerHttpError
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.health import ENDPOINT_FAILED, NO_VERDICT, SERVED, Verdict, VerdictKind
 from gateway.routing.policy import RouteRequest
 from gateway.routing.pool import Pool
 from gateway.routing.router import Router
 from gateway.routing.unavailable import PoolUnavailable, retry_after
+from gateway.worker.client import WorkerClient
+from gateway.worker.connection import WorkerResponse
+from gateway.worker.http import (
+    LocalExhaustion,
+    SmallAnswer,
+    TooLarge,
+    Unanswered,
+    Unreachable,
+    WorkerHttpError,
+    WrongAnswer,
+)
 
 if TYPE_CHECKING:
     from gateway.observability.tracing import RequestTrace
@@ -44,13 +50,6 @@ log = logging.getLogger("sluicegate.upstream")
 
 _RETRYABLE_STATUS = frozenset({502, 503})
 _ATTEMPTS_PER_POOL = 2
-
-
-@dataclass(frozen=True, slots=True)
-class SmallAnswer:
-    status: int
-    body: bytes
-    headers: Mapping[str, str]
 
 
 @dataclass(slots=True)
@@ -112,24 +111,13 @@ class WorkerBroken(Exception):
     """Every attempt in a pool got an answer that is not HTTP: a 502, unlike an unreachable pool."""
 
 
-def new_session() -> aiohttp.ClientSession:
-    """The session for calls beside the request's own (a stored response read back, a token
-    count, the monitor's probes): the request's own go through `WorkerClient`."""
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=10, keepalive_timeout=KEEPALIVE_S)
-    return aiohttp.ClientSession(
-        connector=connector,
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent", "Accept-Encoding"),
-        timeout=aiohttp.ClientTimeout(total=None),
-    )
-
-
 class Upstream:
-    def __init__(self, session: aiohttp.ClientSession, router: Router, metrics: Metrics) -> None:
-        self._session = session
+    def __init__(self, client: WorkerClient, router: Router, metrics: Metrics) -> None:
+        """`client`: the app's one worker client (the monitor's probes and scrapes share it);
+        `aclose` closes it."""
         self._router = router
         self._metrics = metrics
-        self._client = WorkerClient()
+        self._client = client
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -146,32 +134,26 @@ class Upstream:
         max_bytes: int,
     ) -> SmallAnswer:
         """One short call to one chosen endpoint, outside the request pipeline (a stored response
-        read back, a token count): bounded in time and size, never redirected, every failure a
-        GatewayError."""
-        timeout = aiohttp.ClientTimeout(total=total_s, sock_connect=connect_s)
+        read back, a token count): bounded in time and size, never redirected, never sent twice
+        once the worker may have read it, every failure a GatewayError."""
         try:
-            async with self._session.request(
-                method, url, data=body, headers=headers, timeout=timeout, allow_redirects=False
-            ) as response:
-                parts: list[bytes] = []
-                size = 0
-                while part := await response.content.read(65536):
-                    size += len(part)
-                    if size > max_bytes:
-                        raise GatewayError(
-                            ErrorCode.UPSTREAM_ERROR, "The worker's answer is larger than the gateway relays."
-                        )
-                    parts.append(part)
-                return SmallAnswer(response.status, b"".join(parts), dict(response.headers))
+            async with asyncio.timeout(total_s):
+                return await self._client.fetch(
+                    method, url, body or b"", headers, connect_s=connect_s, max_bytes=max_bytes
+                )
         except TimeoutError:
             raise GatewayError(ErrorCode.UPSTREAM_TIMEOUT, "The worker did not answer in time.") from None
-        except (aiohttp.ClientConnectionError, aiohttp.ClientOSError):
+        except TooLarge:
+            raise GatewayError(
+                ErrorCode.UPSTREAM_ERROR, "The worker's answer is larger than the gateway relays."
+            ) from None
+        except Unreachable:
             raise GatewayError(
                 ErrorCode.NO_HEALTHY_UPSTREAM,
                 "The worker could not be reached.",
                 headers={"retry-after": "1"},
             ) from None
-        except (aiohttp.ClientError, ValueError):
+        except (WorkerHttpError, ValueError):
             raise GatewayError(
                 ErrorCode.UPSTREAM_ERROR, "The worker answered with a malformed response."
             ) from None
@@ -340,6 +322,10 @@ class Upstream:
                     reason,
                     type(exc).__name__,
                 )
+                if isinstance(exc, Unanswered | WrongAnswer):
+                    # The worker read the request, or may have: it is sent to no worker again (a
+                    # stored Responses call must not be made twice).
+                    raise GatewayError(ErrorCode.UPSTREAM_ERROR, _not_sent_again(model.name, exc)) from None
             except TimeoutError:
                 # The head deadline is the request's own (first_token, or total for a long
                 # generation): one team's slow requests are not the endpoint's fault alone.
@@ -361,3 +347,9 @@ class Upstream:
         if bad_answers:
             raise WorkerBroken(f"The worker for model '{model.name}' answered with a malformed response.")
         raise PoolUnavailable(f"pool '{pool.name}': {last_failure}", pool.next_chance_s())
+
+
+def _not_sent_again(model: str, exc: WorkerHttpError) -> str:
+    if isinstance(exc, Unanswered):
+        return f"The worker for model '{model}' closed the connection without answering."
+    return f"The worker for model '{model}' answered with a response the gateway does not serve: {exc}."

@@ -24,7 +24,7 @@ from gateway.proxy.settlement import Settlement
 from gateway.proxy.upstream import UpstreamResponse
 from gateway.proxy.usage import InvalidUsage
 from gateway.proxy.worker_errors import worker_failure
-from gateway.proxy.worker_http import WorkerHttpError
+from gateway.worker.http import WorkerHttpError
 
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 # More than an answer's status line and headers take: room kept for them beside its body.

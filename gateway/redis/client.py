@@ -18,11 +18,9 @@ import logging
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
-import hiredis
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
-from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
@@ -37,6 +35,13 @@ from gateway.redis.url import (
     parse_cluster_url,
     parse_sentinel_url,
     validate_redis_url,
+)
+from gateway.seams.redis_pool import (
+    close_cluster_nodes,
+    lean_checkout,
+    lean_release,
+    pack_cluster_nodes,
+    pack_with_hiredis,
 )
 
 # The one client type every module holding Redis takes: a single Redis (plain, TLS, unix or
@@ -77,44 +82,16 @@ async def close_redis(redis: RedisClient) -> None:
     """Closes every connection: the pool's (single node) or every node's (a cluster)."""
     if isinstance(redis, RedisCluster):
         await redis.aclose()
-        # redis-py's aclose() does nothing while the slot map is marked to be read again (after
-        # a connection error, until the next call): the nodes' sockets would stay open.
-        await redis.nodes_manager.aclose()
-        await redis.nodes_manager.aclose("startup_nodes")
+        await close_cluster_nodes(redis)
     else:
         await redis.aclose(close_connection_pool=True)
-
-
-async def _lean_get_connection(
-    self: ConnectionPool, command_name: Any = None, *keys: Any, **options: Any
-) -> AbstractConnection:
-    """Checkout without redis-py 8's per-command extras: an asyncio.Lock, three observability
-    hooks, an event dispatch and a `can_read` probe of the socket on every command, about a tenth
-    of the gateway's CPU per request. The probe guards against a connection given back with an
-    unread reply; redis-py already drops a connection whose command was cancelled or failed
-    half-way, and a connection Redis closed fails its next command, which the client's one retry
-    sends again on a fresh socket."""
-    connection: AbstractConnection = self.get_available_connection()  # type: ignore[no-untyped-call]
-    try:
-        await connection.connect()  # type: ignore[no-untyped-call]  # at once when connected
-    except BaseException:
-        await _lean_release(self, connection)
-        raise
-    return connection
-
-
-async def _lean_release(self: ConnectionPool, connection: AbstractConnection) -> None:
-    self._in_use_connections.discard(connection)
-    if connection.should_reconnect():  # type: ignore[no-untyped-call]
-        await connection.disconnect()
-    self._available_connections.append(connection)
 
 
 class _LeanPool(ConnectionPool):
     """Also keeps the script calls' connections (gateway/redis/lean.py), closed with the pool's."""
 
-    get_connection = _lean_get_connection
-    release = _lean_release
+    get_connection = lean_checkout
+    release = lean_release
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -128,8 +105,8 @@ class _LeanPool(ConnectionPool):
 class _SentinelPool(SentinelConnectionPool):
     """Closing the gateway's client also closes the sentinel clients, which it alone uses."""
 
-    get_connection = _lean_get_connection
-    release = _lean_release
+    get_connection = lean_checkout
+    release = lean_release
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
@@ -149,27 +126,6 @@ def lean_connections(redis: RedisClient) -> LeanConnections | None:
     cluster (its calls are routed by slot) or a client built elsewhere."""
     pool = redis.connection_pool if isinstance(redis, Redis) else None
     return pool.lean if isinstance(pool, _LeanPool | _SentinelPool) else None
-
-
-class _HiredisPacking:
-    """redis-py's asyncio connections build each command's bytes in Python: about 24 µs for an
-    admission with every limit on key and team, a twentieth of the gateway's whole CPU budget per
-    request. hiredis (already the reply parser) builds the same bytes in C in about 4 µs."""
-
-    def pack_command(self, *args: Any) -> list[bytes]:
-        # Like redis-py: a command name such as "SCRIPT LOAD" goes out as two arguments.
-        first = args[0]
-        if isinstance(first, str):
-            first = first.encode()
-        if b" " in first:
-            args = (*first.split(), *args[1:])
-        return [hiredis.pack_command(args)]
-
-
-def _pack_with_hiredis(pool: ConnectionPool) -> ConnectionPool:
-    base: type[AbstractConnection] = pool.connection_class
-    pool.connection_class = type(f"Hiredis{base.__name__}", (_HiredisPacking, base), {})
-    return pool
 
 
 class _ClusterPipeline(ClusterPipeline):
@@ -216,13 +172,7 @@ def _connect_cluster(url: str, settings: Settings, common: dict[str, Any]) -> Re
         # No load_balancing_strategy: every command goes to its slot's primary (replicas lag,
         # and limits must be exact).
     )
-    # Each node's connections pack with hiredis too: nodes found later are built from these
-    # kwargs (one dict, shared with the nodes manager), the seed nodes already exist.
-    kwargs: dict[str, Any] = client.nodes_manager.connection_kwargs
-    base: type[AbstractConnection] = kwargs["connection_class"]
-    kwargs["connection_class"] = type(f"Hiredis{base.__name__}", (_HiredisPacking, base), {})
-    for node in client.nodes_manager.startup_nodes.values():
-        node.connection_class = kwargs["connection_class"]
+    pack_cluster_nodes(client)  # each node's connections pack with hiredis too
     return client
 
 
@@ -252,7 +202,7 @@ def connect_redis(settings: Settings) -> RedisClient:
     if scheme in CLUSTER_SCHEMES:
         return _connect_cluster(url, settings, common)
     if scheme != SENTINEL_SCHEME:
-        return Redis(connection_pool=_pack_with_hiredis(_LeanPool.from_url(url, **common)))
+        return Redis(connection_pool=pack_with_hiredis(_LeanPool.from_url(url, **common)))
     parsed = parse_sentinel_url(url)
     # Sentinels are asked only when a connection opens, so their timers cost nothing per command.
     # A share of the budget each, and no retry (redis-py's default backs off for seconds), lets a
@@ -275,7 +225,7 @@ def connect_redis(settings: Settings) -> RedisClient:
         password=parsed.password,
         **common,
     )
-    _pack_with_hiredis(client.connection_pool)
+    pack_with_hiredis(client.connection_pool)
     return client
 
 

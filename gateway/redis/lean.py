@@ -6,13 +6,14 @@ instructions per call, measured with callgrind (bench/README.md), against about 
 EVALSHA on a connection whose protocol hands each reply to the waiting call itself.
 
 redis-py still opens every connection here (address, TLS, AUTH, database, Sentinel's master, its
-handshake), then the transport is handed to `_Reply`: the connection redis-py built is never used
-again. The rules are redis-py's pool's: one command per connection at a time; a call cancelled or
-failed mid-flight closes its connection (its reply must never reach the next caller); a connection
-Redis closed is retried once on a fresh one; past `max_connections` of them (connecting ones
-included) a call fails at once. Errors are redis-py's classes (NoScriptError, ResponseError,
-ConnectionError), so callers handle them as before. RESP3 push frames (redis-py's handshake asks
-for RESP3 and maintenance notices) are no call's reply and are skipped, as redis-py's parser does.
+handshake), then the transport is handed to `_Reply` (gateway/seams/redis_pool.py takes it): the
+connection redis-py built is never used again. The rules are redis-py's pool's: one command per
+connection at a time; a call cancelled or failed mid-flight closes its connection (its reply must
+never reach the next caller); a connection Redis closed is retried once on a fresh one; past
+`max_connections` of them (connecting ones included) a call fails at once. Errors are redis-py's
+classes (NoScriptError, ResponseError, ConnectionError), so callers handle them as before. RESP3
+push frames (redis-py's handshake asks for RESP3 and maintenance notices) are no call's reply and
+are skipped, as redis-py's parser does.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import hiredis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, MaxConnectionsError, ReadOnlyError
+
+from gateway.seams.redis_pool import take_transport
 
 # What hiredis returns while a reply is incomplete: its default, False, is also RESP3's `#f`.
 _PENDING = object()
@@ -165,11 +168,10 @@ class LeanConnections:
         finally:
             self._connecting -= 1
         # redis-py's connection ends here: its transport is this module's from now on.
-        writer = connection._writer
-        connection._reader = connection._writer = None
+        writer, parse_error = take_transport(connection)
         if writer is None:
             raise RedisConnectionError("Connection closed during its handshake.")
-        conn = _Reply(writer, connection._parser.parse_error, self._open.discard)
+        conn = _Reply(writer, parse_error, self._open.discard)
         conn.transport.set_protocol(conn)
         if conn.transport.is_closing():
             conn.closed = True

@@ -27,14 +27,14 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-import aiohttp
 import orjson
 
-from gateway.http.exhaustion import is_local_exhaustion
 from gateway.routing.endpoint import CONFIRM_INTERVAL_S, Endpoint
 from gateway.routing.load import apply_load, forget_load, parse_load
 from gateway.routing.pool import Pool
 from gateway.routing.router import Router
+from gateway.worker.client import WorkerClient
+from gateway.worker.http import LocalExhaustion, WorkerHttpError
 
 log = logging.getLogger("sluicegate.routing")
 
@@ -48,14 +48,14 @@ class Monitor:
     def __init__(
         self,
         router: Router,
-        session: aiohttp.ClientSession,
+        client: WorkerClient,
         *,
         concurrency: int = 32,
         tick_s: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._router = router
-        self._session = session
+        self._client = client  # the app's one worker client
         # Separate slots, so that hung scrapes never hold up a probe, nor hung probes a scrape.
         self._slots = {"probe": asyncio.Semaphore(concurrency), "scrape": asyncio.Semaphore(concurrency)}
         self._tick_s = tick_s
@@ -117,10 +117,14 @@ class Monitor:
         async with self._slots[kind]:
             try:
                 async with asyncio.timeout(timeout_s):
-                    async with self._session.get(url) as response:
-                        return response.status, await response.content.read(_MAX_BODY)
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                return _UNJUDGED if is_local_exhaustion(exc) else None
+                    answer = await self._client.fetch(
+                        "GET", url, b"", {}, connect_s=timeout_s, max_bytes=_MAX_BODY
+                    )
+            except LocalExhaustion:
+                return _UNJUDGED
+            except (WorkerHttpError, TimeoutError, ValueError):  # TooLarge too: no load read
+                return None
+            return answer.status, answer.body
 
     # -- pending endpoints --------------------------------------------------------------------
 

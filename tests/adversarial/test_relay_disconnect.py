@@ -22,9 +22,9 @@ from gateway.apis.openai.dialect import CHAT
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.settlement import Outcome
 from gateway.proxy.upstream import UpstreamResponse
-from gateway.proxy.worker_client import WorkerClient
 from gateway.routing.endpoint import Endpoint
 from gateway.routing.pool import Pool
+from gateway.worker.client import WorkerClient
 from tests.adversarial.scripted import (
     MODEL,
     SSE_HEAD,

@@ -1,4 +1,4 @@
-"""A stream's events go to the server's own send (gateway/http/direct_send.py), and what offered
+"""A stream's events go to the server's own send (gateway/seams/starlette.py), and what offered
 it leaves no reference cycle behind: each request's server object (uvicorn's cycle, which holds
 its scope) is freed when the request ends, not left for the garbage collector."""
 

@@ -1,9 +1,10 @@
-"""The per-request metrics' lean updates (gateway/observability/metrics.py) expose exactly what
-prometheus_client's stock classes expose for the same updates: they reach into its children's
-values, so a release that changed those would show here first."""
+"""The per-request series (gateway/observability/series.py, custom collectors over plain values)
+expose exactly what prometheus_client's stock classes expose for the same updates, and refuse
+what the stock classes refuse."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gateway.observability.metrics import Metrics
@@ -49,3 +50,23 @@ def test_lean_updates_expose_what_the_stock_classes_do() -> None:
     ours_lines = [line for line in _exposition(ours.registry) if line.startswith(names)]
     assert ours_lines == _exposition(stock)
     assert 'sluicegate_request_duration_seconds_bucket{le="0.005",model="m"} 3.0' in ours_lines
+
+
+def test_a_series_refuses_a_wrong_label_count_and_a_second_registration() -> None:
+    ours = Metrics(CollectorRegistry())
+    with pytest.raises(ValueError, match="sluicegate_requests_total takes labels"):
+        ours.requests.labels("m", "t")
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        Metrics(ours.registry)
+
+
+def test_the_gateways_registry_exposes_the_series_with_no_created_samples() -> None:
+    ours = Metrics()
+    ours.child(ours.time_to_first_token, "m").observe(0.2)
+    ours.child(ours.upstream_errors, "m", "timeout").inc()
+    text = generate_latest(ours.registry).decode()
+    assert 'sluicegate_time_to_first_token_seconds_bucket{le="0.25",model="m"} 1.0' in text
+    assert 'sluicegate_time_to_first_token_seconds_count{model="m"} 1.0' in text
+    assert 'sluicegate_upstream_errors_total{model="m",reason="timeout"} 1.0' in text
+    assert "# TYPE sluicegate_upstream_errors_total counter" in text
+    assert "_created" not in text

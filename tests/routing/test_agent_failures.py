@@ -14,7 +14,7 @@ import pytest
 from gateway.errors import ErrorCode, GatewayError
 from gateway.model_table import HealthConfig, ModelConfig, ModelTable, PoolConfig, Timeouts
 from gateway.observability.metrics import Metrics
-from gateway.proxy.upstream import Upstream, new_session
+from gateway.proxy.upstream import Upstream
 from gateway.proxy.worker_errors import worker_failure
 from gateway.proxy.worker_protocols import failure_event
 from gateway.routing import health
@@ -22,6 +22,7 @@ from gateway.routing.policy import RouteRequest
 from gateway.routing.pool import Pool
 from gateway.routing.router import Router
 from gateway.routing.unavailable import retry_after
+from gateway.worker.client import WorkerClient
 from tests.conftest import Gateway, GatewayFactory
 from tests.http import Reply, post
 from tests.routing.conftest import WorkerFactory, endpoint_view
@@ -236,7 +237,7 @@ def test_retry_after_stays_short_while_another_pool_may_serve_any_moment() -> No
         plan = router.plan(route)
         (target,) = plan[1].endpoints
         plan[1].report(target, health.ENDPOINT_FAILED, trial=False)
-        session = new_session()
+        session = WorkerClient()
         try:
             upstream = Upstream(session, router, Metrics())
             loop = asyncio.get_running_loop()
@@ -253,7 +254,7 @@ def test_retry_after_stays_short_while_another_pool_may_serve_any_moment() -> No
             return caught.value
         finally:
             await upstream.aclose()
-            await session.close()
+            await session.aclose()
 
     error = asyncio.run(scenario())
     assert error.code is ErrorCode.NO_HEALTHY_UPSTREAM, error.message

@@ -12,11 +12,12 @@ import pytest
 
 from gateway.model_table import HealthConfig, KubernetesTarget, ModelConfig, ModelTable, PoolConfig
 from gateway.observability.metrics import Metrics
-from gateway.proxy.upstream import Upstream, new_session
+from gateway.proxy.upstream import Upstream
 from gateway.routing.monitor import Monitor
 from gateway.routing.policy import RouteRequest
 from gateway.routing.router import Router
 from gateway.routing.unavailable import PoolUnavailable
+from gateway.worker.client import WorkerClient
 from tests.routing.conftest import WorkerFactory
 from tests.waiting import eventually
 
@@ -54,7 +55,7 @@ def test_pending_endpoints_take_traffic_only_once_they_serve_the_model(workers: 
 
     async def scenario() -> None:
         router = Router(ModelTable((_model(),)), Metrics(), rng=random.Random(1))
-        session = new_session()
+        session = WorkerClient()
         monitor = Monitor(router, session)
         upstream = Upstream(session, router, router.metrics)
         pool = router.pool(POOL)
@@ -92,6 +93,6 @@ def test_pending_endpoints_take_traffic_only_once_they_serve_the_model(workers: 
         finally:
             await monitor.stop()
             await upstream.aclose()
-            await session.close()
+            await session.aclose()
 
     asyncio.run(scenario())

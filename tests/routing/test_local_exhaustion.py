@@ -21,7 +21,8 @@ SCRIPT = textwrap.dedent(
     from gateway.model_table import HealthConfig, ModelConfig, ModelTable
     from gateway.observability.metrics import Metrics
     from gateway.proxy.whole_answer import read_whole
-    from gateway.proxy.upstream import Upstream, new_session
+    from gateway.proxy.upstream import Upstream
+    from gateway.worker.client import WorkerClient
     from gateway.routing.monitor import Monitor
     from gateway.routing.policy import RouteRequest
     from gateway.routing.router import Router
@@ -33,8 +34,8 @@ SCRIPT = textwrap.dedent(
         route = router.resolve("m")
         plan = router.plan(route)
         (endpoint,) = plan[0].endpoints
-        session = new_session()
-        upstream = Upstream(session, router, Metrics())
+        session = WorkerClient()  # the monitor's
+        upstream = Upstream(WorkerClient(), router, Metrics())
         monitor = Monitor(router, session, tick_s=0.01)
         loop = asyncio.get_running_loop()
 
@@ -49,7 +50,7 @@ SCRIPT = textwrap.dedent(
 
         assert await attempt() == 200  # the worker serves; its connection is kept alive
         await upstream.aclose()  # ... and closed: the next attempt must connect
-        upstream = Upstream(session, router, Metrics())
+        upstream = Upstream(WorkerClient(), router, Metrics())
         used = len(os.listdir("/proc/self/fd"))
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         resource.setrlimit(resource.RLIMIT_NOFILE, (used + 16, hard))
@@ -77,7 +78,7 @@ SCRIPT = textwrap.dedent(
         after = await attempt()
         print(json.dumps({"refused": refused, "during": during, "after": after}))
         await upstream.aclose()
-        await session.close()
+        await session.aclose()
 
     BODY = json.dumps({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}).encode()
     HEADERS = {"content-type": "application/json"}

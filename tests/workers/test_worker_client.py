@@ -1,4 +1,4 @@
-"""gateway/proxy/worker_client.py and worker_connection.py, the HTTP/1.1 client of the worker
+"""gateway/worker/client.py and connection.py, the HTTP/1.1 client of the worker
 call, against raw servers on real sockets that answer exactly the bytes each test scripts:
 keep-alive reuse, the bounds on an answer's head and on the unread body it holds, answers that end
 with their connection or break off, a stream's last chunk after its end, a second answer to one
@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from gateway.proxy.worker_client import WorkerClient
-from gateway.proxy.worker_connection import MAX_HEAD_BYTES, WorkerResponse
-from gateway.proxy.worker_http import BrokenOff, Malformed
+from gateway.worker.client import WorkerClient
+from gateway.worker.connection import MAX_HEAD_BYTES, WorkerResponse
+from gateway.worker.http import BrokenOff, Malformed
 from tests.servers import read_request
 from tests.waiting import eventually
 
@@ -451,8 +451,8 @@ def test_a_connect_without_a_descriptor_left_is_local_exhaustion_not_the_workers
     script = textwrap.dedent(
         """
         import asyncio, os, resource
-        from gateway.proxy.worker_client import WorkerClient
-        from gateway.proxy.worker_http import LocalExhaustion
+        from gateway.worker.client import WorkerClient
+        from gateway.worker.http import LocalExhaustion
 
         async def main():
             client = WorkerClient()

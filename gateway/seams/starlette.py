@@ -8,6 +8,14 @@ send itself (`DIRECT_SEND_EXTENSION`), for body messages once the start has gone
 middleware. The extension is a zero-argument callable that returns that send, or None once the
 server's request object is gone: a weak reference, since that object holds the scope, and the
 scope holding it back would leave every request to the garbage collector.
+
+What it relies on of Starlette, undocumented, and why it is a seam: that the `send` wrappers of
+its two error middlewares (`starlette.middleware.errors.ServerErrorMiddleware` and the
+`ExceptionMiddleware`'s handler wrapper) look at `http.response.start` alone, noting that the
+answer began, and pass every message through unchanged; so a body message that bypasses them
+changes nothing they know. Pinned in pyproject.toml to the minor version
+tests/seams/test_starlette.py checked (it sends a stream's start through the middleware, its
+body beneath it, then fails the request, and sees no second answer begun).
 """
 
 from __future__ import annotations

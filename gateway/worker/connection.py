@@ -1,6 +1,6 @@
-"""One worker connection of the worker call's HTTP/1.1 client (gateway/proxy/worker_client.py,
+"""One worker connection of the worker call's HTTP/1.1 client (gateway/worker/client.py,
 which keeps them): the request it carries, the answer's head parsed by httptools, and its body
-as it arrives, with the bounds the client's docstring gives (its errors and target: worker_http.py).
+as it arrives, with the bounds the client's docstring gives (its errors and target: http.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,15 @@ from typing import Protocol, cast
 
 import httptools
 
-from gateway.proxy.worker_http import BrokenOff, Malformed, Target, Unreachable, WorkerHttpError
+from gateway.worker.http import (
+    BrokenOff,
+    Malformed,
+    Target,
+    Unanswered,
+    Unreachable,
+    WorkerHttpError,
+    WrongAnswer,
+)
 
 # A response head past these is no answer we read: a header line (aiohttp's bound), and the head.
 MAX_HEADER_LINE = 8190
@@ -142,6 +150,7 @@ class WorkerConnection(asyncio.Protocol):
         "_linger",
         "_parser",
         "_paused",
+        "_request_id",
         "_response",
         "_until_close",
         "closed",
@@ -168,15 +177,21 @@ class WorkerConnection(asyncio.Protocol):
         self._fed_body = False  # the read being parsed held body bytes
         # Waiting for the end of an answer its reader is done with (`linger`): its deadline.
         self._linger: asyncio.TimerHandle | None = None
+        # The request's x-request-id: an answer that echoes another is refused (a late answer).
+        self._request_id: str | None = None
         self.closed = False
         self.idle_since = 0.0
 
     # The caller's side.
 
-    async def request(self, head: bytes, body: bytes) -> WorkerResponse:
+    async def request(self, head: bytes, body: bytes, request_id: str | None = None) -> WorkerResponse:
+        """Sends the request, returns the answer once its head arrived. `Unreachable` when the
+        connection was found closed before a byte was written (the only case a caller may send
+        the request again); `Unanswered` when it closed after the write, before any answer."""
         transport = self.transport
-        if self.closed or transport is None:
+        if self.closed or transport is None or transport.is_closing():
             raise Unreachable("the connection closed")
+        self._request_id = request_id
         waiter: asyncio.Future[WorkerResponse] = asyncio.get_running_loop().create_future()
         self._head_waiter = waiter
         self._headers, self._head_bytes, self._header_bytes, self._response = {}, 0, 0, None
@@ -293,6 +308,10 @@ class WorkerConnection(asyncio.Protocol):
         elif self._heard:
             # Part of an answer came: the worker read the request, so it is not sent again.
             self._fail(Malformed(closed + " in the middle of its answer's head"))
+        elif self._head_waiter is not None:
+            # The request went out (request() checks the connection before it writes): the worker
+            # may have read it, and it is not sent again.
+            self._fail(Unanswered(closed + " without answering"))
         else:
             self._fail(Unreachable(closed))
 
@@ -329,6 +348,10 @@ class WorkerConnection(asyncio.Protocol):
             self._headers = {}  # an informational answer (100, 103): the real one follows
             return
         headers = self._headers
+        refused = _refused(headers, self._request_id)
+        if refused is not None:
+            self._fail(WrongAnswer(refused))  # closes the connection: nothing more is read from it
+            return
         coding = headers.get("transfer-encoding", "").rstrip().lower()
         self._until_close = "content-length" not in headers and not coding.endswith("chunked")
         response = WorkerResponse(self, status, headers)
@@ -357,3 +380,15 @@ class WorkerConnection(asyncio.Protocol):
             return  # the end of an informational answer
         self._keep_alive = self._parser.should_keep_alive()
         response.content._end(None)
+
+
+def _refused(headers: Mapping[str, str], request_id: str | None) -> str | None:
+    """Why an answer's head is not served, or None: compressed though the request asked for
+    identity (its usage could not be read), or the answer to another request."""
+    encoding = headers.get("content-encoding")
+    if encoding is not None and encoding.strip().lower() not in ("", "identity"):
+        return "a compressed answer (content-encoding), though identity was asked for"
+    echoed = headers.get("x-request-id")
+    if echoed is not None and request_id is not None and echoed != request_id:
+        return "an answer echoing another request's x-request-id"
+    return None

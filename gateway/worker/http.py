@@ -1,8 +1,9 @@
 """What every worker call shares, whichever connection carries it: the closed set of its errors
-and its target, parsed from the endpoint's URL once (gateway/proxy/worker_client.py)."""
+and its target, parsed from the endpoint's URL once (gateway/worker/client.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -23,8 +24,39 @@ class Malformed(WorkerHttpError):
     """The worker's bytes are not an HTTP answer (or a head past MAX_HEAD_BYTES)."""
 
 
+class Unanswered(WorkerHttpError):
+    """The connection closed after the request went out, before any byte of an answer: the worker
+    may have read it (and generated, or stored a response), so it is never sent again."""
+
+
+class WrongAnswer(Malformed):
+    """An answer the gateway will not serve: compressed though identity was asked for (its usage
+    could not be read), or echoing another request's x-request-id (a late answer on a reused
+    connection). The connection is closed."""
+
+
 class BrokenOff(WorkerHttpError):
     """The answer's body ended before its end, or went on as bytes that are not HTTP."""
+
+
+class TooLarge(WorkerHttpError):
+    """A short call's answer (a probe, a scrape, a token count, a stored response) past its bound."""
+
+
+@dataclass(frozen=True, slots=True)
+class SmallAnswer:
+    """A short call's whole answer; header names in lower case."""
+
+    status: int
+    body: bytes
+    headers: Mapping[str, str]
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """A side call's URL as (the worker's base URL, the path and query asked for)."""
+    parts = urlsplit(url)
+    path = parts.path or "/"
+    return f"{parts.scheme}://{parts.netloc}", path + (f"?{parts.query}" if parts.query else "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,18 +5,20 @@ per 16-token stream (bench/instructions_bench.py's method, on the mock worker): 
 a bare proxy's whole request. A worker call needs a small part of what it does (no cookies,
 redirects, proxies, compression or multipart), so this client is asyncio's Protocol, httptools'
 response parser (what uvicorn already parses requests with) and a keep-alive pool, at about a
-tenth of that. Side calls (a stored response read back, a token count, probes, discovery) stay on
-aiohttp.
+tenth of that. Every other call to a worker (a stored response read back, a token count, health
+probes, load scrapes) goes through it too (`fetch`), with the same bounds, TLS and retry rule.
 
-Here the keep-alive pool; one connection, its parsing and its bounds, in worker_connection.py.
+Here the keep-alive pool; one connection, its parsing and its bounds, in connection.py.
 
 What it bounds: a response head (`MAX_HEAD_BYTES`, else the answer is not HTTP to us), and the body
 it holds unread (reading pauses past `_HIGH_WATER` until the reader takes it). The caller bounds
 the time (it wraps the call in its deadline) and the body's whole size.
 
-Errors are a closed set: `Unreachable` (no connection, or it closed before the answer's head; a
-`LocalExhaustion` when this process had no descriptor or port to connect with), `Malformed` (bytes
-that are not an HTTP answer) and, while a body is read, `BrokenOff`.
+Errors are a closed set: `Unreachable` (no connection, or a pooled one found closed before the
+write; a `LocalExhaustion` when this process had no descriptor or port to connect with),
+`Unanswered` (closed after the write, before any answer: never sent again), `Malformed` (bytes that
+are not an HTTP answer; `WrongAnswer`, a compressed one or one echoing another request's id) and,
+while a body is read, `BrokenOff`.
 """
 
 from __future__ import annotations
@@ -29,8 +31,16 @@ import ssl
 from collections.abc import Mapping
 
 from gateway.http.exhaustion import LOCAL_ERRNOS
-from gateway.proxy.worker_connection import WorkerConnection, WorkerResponse
-from gateway.proxy.worker_http import LocalExhaustion, Target, Unreachable, parse_target
+from gateway.worker.connection import WorkerConnection, WorkerResponse
+from gateway.worker.http import (
+    LocalExhaustion,
+    SmallAnswer,
+    Target,
+    TooLarge,
+    Unreachable,
+    parse_target,
+    split_url,
+)
 
 log = logging.getLogger("sluicegate.upstream")
 
@@ -53,36 +63,76 @@ class WorkerClient:
         self._idle: dict[tuple[str, str, int], list[WorkerConnection]] = {}
         self._targets: dict[str, Target] = {}
         self._sweep: asyncio.TimerHandle | None = None
-        self._ssl: ssl.SSLContext | None = None
+        # One TLS context per target (scheme, host, port): a target's CA or client certificate
+        # is its own, never another worker's.
+        self._ssl: dict[tuple[str, str, int], ssl.SSLContext] = {}
         self._closing = False
         # Every connection until its transport reports it lost: the pool's shutdown waits for them.
         self._open: set[WorkerConnection] = set()
         self._all_lost: asyncio.Event | None = None
 
     async def post(
-        self, url: str, path: str, body: bytes, headers: Mapping[str, str], *, connect_s: float
+        self,
+        url: str,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        connect_s: float,
+        method: bytes = b"POST",
     ) -> WorkerResponse:
         """Sends the request; returns the answer once its head arrived.
 
-        On a pooled connection that the worker had closed (its keep-alive ran out, it restarted:
-        the connection closes before any answer), the request goes once more on a new one: a
-        stale connection is no failure of the endpoint's. A request sent on a new connection is
-        never sent again: that one cannot be stale, so the worker read it and may have generated
-        (a worker that died mid-request)."""
+        A request is sent again, once, on a new connection only when no byte of it can have
+        been read: the pooled connection was found closed before the write (the worker's
+        keep-alive ran out, it restarted), or sat idle past the keep-alive (`_pooled` drops it
+        unused). A connection that closes after the write, before any answer, is `Unanswered`:
+        the worker may have read the request (and generated, or stored a response), so it is
+        never sent twice. Where the worker echoes `x-request-id`, an answer echoing another id
+        is refused (`WrongAnswer`) and its connection closed."""
         target = self._targets.get(url)
         if target is None:
             if len(self._targets) >= _TARGETS_KEPT:
                 self._targets.clear()
             target = self._targets[url] = parse_target(url)
-        head = _head(target, path, headers, len(body))
+        head = _head(method, target, path, headers, len(body))
+        request_id = headers.get("x-request-id")
         conn = self._pooled(target)
         if conn is not None:
             try:
-                return await conn.request(head, body)
-            except Unreachable:
+                return await conn.request(head, body, request_id)
+            except Unreachable:  # raised before the write only (not Unanswered)
                 log.info("stale worker connection, retried on a new one")
         conn = await self._connect(target, connect_s)
-        return await conn.request(head, body)
+        return await conn.request(head, body, request_id)
+
+    async def fetch(
+        self,
+        method: str,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        connect_s: float,
+        max_bytes: int,
+    ) -> SmallAnswer:
+        """A short call's whole answer; `TooLarge` past `max_bytes`. The caller bounds the time.
+        A connection whose answer was read whole goes back to the pool."""
+        base, path = split_url(url)
+        response = await self.post(base, path, body, headers, connect_s=connect_s, method=method.encode())
+        try:
+            parts: list[bytes] = []
+            size = 0
+            while part := await response.content.readany():
+                size += len(part)
+                if size > max_bytes:
+                    raise TooLarge(f"an answer past {max_bytes} bytes")
+                parts.append(part)
+        except BaseException:
+            response.close()
+            raise
+        response.release()
+        return SmallAnswer(response.status, b"".join(parts), response.headers)
 
     async def aclose(self) -> None:
         """Closes every connection, and waits (a little) until their sockets are closed: a loop
@@ -115,15 +165,20 @@ class WorkerClient:
 
     async def _connect(self, target: Target, connect_s: float) -> WorkerConnection:
         loop = asyncio.get_running_loop()
-        if target.tls and self._ssl is None:
-            self._ssl = ssl.create_default_context()
+        context = None
+        if target.tls:
+            context = self._ssl.get(target.key)
+            if context is None:
+                if len(self._ssl) >= _TARGETS_KEPT:
+                    self._ssl.clear()
+                context = self._ssl[target.key] = ssl.create_default_context()
         try:
             async with asyncio.timeout(connect_s):
                 _, conn = await loop.create_connection(
                     lambda: WorkerConnection(self, target),
                     target.host,
                     target.port,
-                    ssl=self._ssl if target.tls else None,
+                    ssl=context,
                     server_hostname=target.host if target.tls else None,
                 )
         except TimeoutError:
@@ -178,10 +233,12 @@ class WorkerClient:
             self._sweep = loop.call_at(soonest, self._swept)
 
 
-def _head(target: Target, path: str, headers: Mapping[str, str], length: int) -> bytes:
+def _head(method: bytes, target: Target, path: str, headers: Mapping[str, str], length: int) -> bytes:
+    # Identity: an answer's usage is read from its bytes, which a compressed one hides (the
+    # client's own accept-encoding is never forwarded: gateway/proxy/forwarding.py).
     lines = [
-        b"POST %s%s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n"
-        % (target.prefix, path.encode("latin-1"), target.host_header, length)
+        b"%s %s%s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\nAccept-Encoding: identity\r\n"
+        % (method, target.prefix, path.encode("latin-1"), target.host_header, length)
     ]
     for name, value in headers.items():
         # Client headers come through uvicorn's parser, which refuses line breaks; a value made
