@@ -157,6 +157,7 @@ class Pipeline:
             self._metrics,
             self._meter,
             share=self._share_ticket(admitted),
+            price=admitted.requested.model.price,
         )
         try:
             await self._answer(dialect, admitted, settlement, scope, receive, send)
