@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import json
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -19,6 +20,7 @@ import redis
 from gateway.model_table import ModelConfig, ModelTable
 from gateway.pricing import Price
 from gateway.redis import keys as redis_keys
+from tests.cli import cli_env, run_cli
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
 from tests.http import Reply, post
 from tests.redis_cluster import RedisServer
@@ -159,3 +161,21 @@ def test_the_output_is_clamped_to_what_the_money_left_can_buy(priced: Gateway) -
     assert reply.headers["x-sluicegate-max-tokens-limited-by"] == "budget"
     unlimited = _chat(priced, priced.new_key()["key"], max_tokens=100)
     assert "x-sluicegate-max-tokens-limited-by" not in unlimited.headers
+
+
+def test_the_cli_sets_money_budgets_as_typed_and_shows_the_field_it_refuses(priced: Gateway) -> None:
+    env = cli_env(priced.url, SLUICEGATE_ADMIN_TOKEN=priced.admin_token)
+    team = priced.new_team()
+    made = run_cli(
+        env, "keys", "create", "--team", team, "--daily-cost", "0.25", "--monthly-cost", "7", "--json"
+    )
+    assert made.returncode == 0, made.stderr
+    key = json.loads(made.stdout)
+    priced.secrets_created.append(key["key"])
+    assert key["limits"] == {"daily_cost": "0.25", "monthly_cost": "7"}
+    updated = run_cli(env, "teams", "update", team, "--monthly-cost", "100.000000001")
+    assert updated.returncode == 0, updated.stderr
+    assert priced.admin.call("GET", f"/admin/v1/teams/{team}")["limits"] == {"monthly_cost": "100.000000001"}
+    refused = run_cli(env, "teams", "update", team, "--daily-cost", "-1")
+    assert refused.returncode != 0
+    assert "daily_cost" in refused.stderr
