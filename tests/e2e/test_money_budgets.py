@@ -179,3 +179,30 @@ def test_the_cli_sets_money_budgets_as_typed_and_shows_the_field_it_refuses(pric
     refused = run_cli(env, "teams", "update", team, "--daily-cost", "-1")
     assert refused.returncode != 0
     assert "daily_cost" in refused.stderr
+
+
+def test_the_usage_api_and_cli_show_spent_remaining_and_a_forecast(priced: Gateway) -> None:
+    team = priced.new_team()
+    priced.admin.call("PATCH", f"/admin/v1/teams/{team}", {"monthly_cost": "5"})
+    key = priced.new_key(team=team, daily_cost="2")
+    for _ in range(2):
+        assert _chat(priced, key["key"]).status == 200
+    wait_until(lambda: sum(r["requests"] for r in priced.usage(team)) == 2, 10, "usage recorded")
+    report = priced.admin.call("GET", "/admin/v1/usage", team=team)
+    spent = sum(Decimal(r["cost"]) for r in report["data"])
+    budgets = {(b["owner"], b["period"]): b for b in report["budgets"]}
+    assert set(budgets) == {("team", "monthly"), ("key", "daily")}
+    monthly, daily = budgets[("team", "monthly")], budgets[("key", "daily")]
+    assert (Decimal(monthly["spent"]), Decimal(daily["spent"])) == (spent, spent)
+    assert Decimal(monthly["remaining"]) == Decimal(5) - spent
+    assert Decimal(daily["remaining"]) == Decimal(2) - spent
+    assert daily["key_id"] == key["id"]
+    # Straight on from what was spent so far: never less than it, and more with time left.
+    assert Decimal(monthly["forecast"]) >= spent
+    assert Decimal(daily["forecast"]) > spent
+    assert monthly["currency"] == "USD"
+    env = cli_env(priced.url, SLUICEGATE_ADMIN_TOKEN=priced.admin_token)
+    shown = run_cli(env, "usage", "--team", team)
+    assert shown.returncode == 0, shown.stderr
+    assert "forecast" in shown.stdout
+    assert monthly["remaining"] in shown.stdout
