@@ -9,7 +9,6 @@ even read is a 404, as if it did not exist: its id tells nothing about another t
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import io
 import time
 from dataclasses import replace
@@ -262,22 +261,10 @@ async def usage(request: Request, deps: AdminDeps) -> Response:
         "totals": usage_report.totals(rows),
     }
     if team:
-        body["budgets"] = await _money_budgets(deps, team_name(team))
+        body["budgets"] = await money_budgets.for_team(
+            deps.keystore, deps.meter, deps.router, team_name(team)
+        )
     return json_response(body)
-
-
-async def _money_budgets(deps: AdminDeps, team: str) -> list[dict[str, object]]:
-    """The team's and its keys' money budgets: spent this period, remaining, forecast."""
-    team_limits = await deps.keystore.team_limits(team)
-    owners: list[tuple[str | None, LimitSet]] = [(None, team_limits)] if team_limits is not None else []
-    owners += [(key.id, key.limits) for key in await deps.keystore.list_keys(team) if key.revoked_at is None]
-    if not any(limits.daily_cost or limits.monthly_cost for _, limits in owners):
-        return []
-    now = dt.datetime.now(dt.UTC)
-    prices = usage_report.model_prices(r.model for r in deps.router.models())
-    rows = usage_report.priced(await deps.meter.report([team], now.date().replace(day=1), now.date()), prices)
-    currency = next((price.currency for price in prices.values()), None)
-    return money_budgets.standing(owners, rows, now, currency)
 
 
 async def audit_log(request: Request, deps: AdminDeps) -> Response:

@@ -13,8 +13,12 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from decimal import ROUND_CEILING, Context, Decimal
 
+from gateway.keys.store import KeyStore
 from gateway.limits.spec import LimitSet
+from gateway.metering import usage_report
+from gateway.metering.meter import Meter
 from gateway.pricing import add, amount, from_nano, parse_amount
+from gateway.routing.router import Router
 
 _NANO = Decimal("1e-9")
 _WIDE = Context(prec=60)  # a forecast's quotient, then rounded up to a nano-unit
@@ -74,3 +78,18 @@ def standing(
                 }
             )
     return out
+
+
+async def for_team(keystore: KeyStore, meter: Meter, router: Router, team: str) -> list[dict[str, object]]:
+    """`standing` of the team's and its active keys' money budgets, now: the admin API's usage
+    for a named team and the console's Usage page of one team."""
+    team_limits = await keystore.team_limits(team)
+    owners: list[tuple[str | None, LimitSet]] = [(None, team_limits)] if team_limits is not None else []
+    owners += [(key.id, key.limits) for key in await keystore.list_keys(team) if key.revoked_at is None]
+    if not any(limits.daily_cost or limits.monthly_cost for _, limits in owners):
+        return []
+    now = dt.datetime.now(dt.UTC)
+    prices = usage_report.model_prices(r.model for r in router.models())
+    rows = usage_report.priced(await meter.report([team], now.date().replace(day=1), now.date()), prices)
+    currency = next((price.currency for price in prices.values()), None)
+    return standing(owners, rows, now, currency)
