@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from tests.chart.conftest import NAMESPACE, Renderer, rendered
-from tests.chart.test_monitoring import MONITORING, promtool
+from tests.chart.test_monitoring import MONITORING, dashboard, promtool
 
 __all__ = ["promtool"]  # the session fixture, used below by name
 
@@ -64,3 +64,12 @@ def test_the_money_budget_alert_fires_once_per_team_past_80_percent(
         [promtool, "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_dashboard_shows_each_team_spent_and_forecast_once() -> None:
+    (panel,) = [p for p in dashboard()["panels"] if p["title"] == "Monthly money budget used by team"]
+    spent, forecast = (t["expr"] for t in panel["targets"])
+    # `max by (team)`: a lease's hand-over, when two replicas export for a moment, is still one bar.
+    assert spent.startswith("max by (team) (sluicegate_team_monthly_cost_budget_used_ratio")
+    assert forecast.startswith(spent)
+    assert "days_in_month()" in forecast
