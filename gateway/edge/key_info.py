@@ -142,7 +142,8 @@ def schema() -> dict[str, Any]:
                 "type": "object",
                 "description": "Per whose limit (key, team), per limit name (and per model under "
                 "`models`): limit, remaining, and in_use (concurrency), used and resets_in_s "
-                "(budgets) or full_in_s (per-minute limits).",
+                "(budgets) or full_in_s (per-minute limits); money budgets (daily_cost, "
+                "monthly_cost) give limit, remaining and used as decimal strings of the currency.",
                 "properties": {"key": {"type": "object"}, "team": {"type": "object"}},
             },
             "usage": {

@@ -22,7 +22,7 @@ from gateway.pricing import Price
 from gateway.redis import keys as redis_keys
 from tests.cli import cli_env, run_cli
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
-from tests.http import Reply, post
+from tests.http import Reply, get, post
 from tests.redis_cluster import RedisServer
 from tests.waiting import wait_until
 
@@ -206,3 +206,14 @@ def test_the_usage_api_and_cli_show_spent_remaining_and_a_forecast(priced: Gatew
     assert shown.returncode == 0, shown.stderr
     assert "forecast" in shown.stdout
     assert monthly["remaining"] in shown.stdout
+
+
+def test_a_key_sees_its_money_budget_left_as_exact_decimals(priced: Gateway) -> None:
+    key = priced.new_key(daily_cost="1.5")
+    assert _chat(priced, key["key"]).status == 200
+    wait_until(lambda: sum(r["requests"] for r in priced.usage(key["team"])) == 1, 10, "usage recorded")
+    (row,) = priced.usage(key["team"])
+    info = get(f"{priced.url}/v1/key/info", key=key["key"]).json()
+    daily = info["remaining"]["key"]["daily_cost"]
+    assert (daily["limit"], daily["used"]) == ("1.5", row["cost"])
+    assert Decimal(daily["remaining"]) == Decimal("1.5") - Decimal(row["cost"])
