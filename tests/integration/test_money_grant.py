@@ -49,7 +49,7 @@ def test_money_is_granted_charged_and_settled_in_exact_integers(
             admission = await limiter.admit(
                 TEAM, [limit], "r-" + secrets.token_hex(4), Reservation(prompt, asked), least=16
             )
-            charged = int(await redis.get(limit.redis_key))
+            charged = int(await redis.get(limit.redis_key) or 0)
             record = UsageRecord(
                 request_id=admission.request_id,
                 team=TEAM,
@@ -66,7 +66,7 @@ def test_money_is_granted_charged_and_settled_in_exact_integers(
                 price_version=PRICE.version,
             )
             assert await meter.record(record)
-            settled = int(await redis.get(limit.redis_key))
+            settled = int(await redis.get(limit.redis_key) or 0)
             return admission.allowed, admission.reservation.completion_tokens, charged, settled
         finally:
             await close_redis(redis)
