@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Context, Decimal, Inexact, InvalidOperation, Rounded, localcontext
 from typing import Any
 
@@ -52,6 +52,9 @@ class Price:
     input_per_million: Decimal
     output_per_million: Decimal
     currency: str = DEFAULT_CURRENCY
+    # Names these prices among all others (recorded with the usage they priced): the currency and
+    # a digest of the two prices, normalised so "0.60" and "0.6" are the same version.
+    version: str = field(init=False, compare=False, repr=False)
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> Decimal:
         with localcontext(_EXACT):
@@ -66,12 +69,11 @@ class Price:
             exact = self.cost(prompt_tokens, completion_tokens).scaleb(-_NANO)
         return int(exact.to_integral_value(rounding=ROUND_CEILING))
 
-    @property
-    def version(self) -> str:
-        """Names these prices among all others (recorded with the usage they priced): the currency
-        and a digest of the two prices, normalised so "0.60" and "0.6" are the same version."""
+    def __post_init__(self) -> None:
+        # Worked out once, not per request: every priced request's usage record carries it.
         text = f"{self.input_per_million.normalize():f}/{self.output_per_million.normalize():f}"
-        return f"{self.currency}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+        object.__setattr__(self, "version", f"{self.currency}-{digest}")
 
     def per_token(self) -> tuple[float, float]:
         """(input, output) per token as floats: for Prometheus, whose samples are floats anyway;
