@@ -49,6 +49,7 @@ from gateway.keys.credentials import secret_headers
 from gateway.keys.store import KeyStore
 from gateway.limits.admission import RateLimiter
 from gateway.limits.peek import LimitReader
+from gateway.metering.budget_gauge import BudgetGauge
 from gateway.metering.meter import Meter
 from gateway.metering.spool import Spool
 from gateway.model_table import ModelTable
@@ -260,6 +261,14 @@ def create_app(
         redis_watch = asyncio.ensure_future(
             watch_redis(redis, metrics.redis_up, timeout_s=settings.redis_timeout_s)
         )
+        budget_gauge = BudgetGauge(
+            redis,
+            keystore,
+            metrics.registry,
+            interval_s=settings.budget_export_interval_s,
+            timeout_s=settings.redis_timeout_s,
+        )
+        budget_gauge.start()
         try:
             yield AppState(
                 settings=settings,
@@ -281,6 +290,7 @@ def create_app(
             if discovery is not None:
                 await discovery.stop()
             await monitor.stop()
+            await budget_gauge.stop()
             await asyncio.gather(*router.attach_fair_share(None), return_exceptions=True)
             await close_redis(share_redis)
             if prefix_share is not None:

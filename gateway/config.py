@@ -131,6 +131,9 @@ class Settings:
     # holds at most this many blocks; replicas share it through Redis every interval (0: not shared).
     prefix_index_blocks: int = 200_000
     prefix_share_interval_s: float = 0.05
+    # How often the replica holding the export lease sets each team's monthly money budget gauge
+    # (gateway/metering/budget_gauge.py); SLUICEGATE_BUDGET_EXPORT_INTERVAL.
+    budget_export_interval_s: float = 30.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -245,6 +248,9 @@ class Settings:
             prefix_index_blocks=number("SLUICEGATE_PREFIX_INDEX_BLOCKS", defaults.prefix_index_blocks, int),
             prefix_share_interval_s=number(
                 "SLUICEGATE_PREFIX_SHARE_INTERVAL", defaults.prefix_share_interval_s, float, zero=True
+            ),
+            budget_export_interval_s=number(
+                "SLUICEGATE_BUDGET_EXPORT_INTERVAL", defaults.budget_export_interval_s, float
             ),
             trusted_proxies=_trusted_proxies(env.get("SLUICEGATE_TRUSTED_PROXIES") or ""),
             oidc=_oidc(env),

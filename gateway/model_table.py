@@ -137,7 +137,7 @@ class ModelConfig:
     context_window: int | None = None
     default_max_tokens: int | None = None
     # What a million prompt and completion tokens cost (gateway/pricing.py): the usage report's
-    # cost; None: the model's rows show no cost. Budgets stay in tokens.
+    # cost, recorded with each request at the prices in force then; None: its usage costs nothing.
     price: Price | None = None
     # Who shares the engines' prefix cache (gateway/proxy/cache_salt.py): `team` (the default),
     # `key`, or `shared` (every team: for prompts that are public).

@@ -8,15 +8,20 @@ a row is exactly its prompt tokens times the input price plus its completion tok
 output price, and a total is exactly the sum of its rows. Costs travel as decimal strings
 (`amount`), which JSON, CSV and a spreadsheet all keep exact.
 
-Budgets stay in tokens (gateway/limits): a price only changes what the usage report shows.
+What a request cost is decided when it ran (`Price.nano_cost`) and recorded with its usage, in
+integer nano-units (10^-9 of the table's currency), with the price's `version`: the usage report
+sums those, so a later price change leaves past costs as they were. Integers, never floats: settle.lua
+hands them to HINCRBY as the strings they came as, and any that Lua itself adds up (a money budget)
+stay below 2^53 (`MAX_NANO`), where a double still holds every integer exactly.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
-from decimal import Context, Decimal, Inexact, InvalidOperation, Rounded, localcontext
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Context, Decimal, Inexact, InvalidOperation, Rounded, localcontext
 from typing import Any
 
 from gateway.errors import ConfigError
@@ -30,6 +35,14 @@ _MAX_DECIMALS = 12
 _PER_MILLION = -6
 # Wide enough that no product or sum here is ever rounded; a rounding would raise, not pass.
 _EXACT = Context(prec=100, traps=[Inexact, Rounded, InvalidOperation])
+NANO_PER_UNIT = 10**9
+_NANO = -9
+# The most nano-units (about 9 million of the currency) any sum kept in Lua may reach: a Lua number
+# is a double, exact for every integer up to 2^53 and no further.
+MAX_NANO = 2**53 - 1
+# The price version of usage recorded for a model that had no price when it ran: it costs nothing,
+# and a price set later does not change that.
+UNPRICED = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +52,28 @@ class Price:
     input_per_million: Decimal
     output_per_million: Decimal
     currency: str = DEFAULT_CURRENCY
+    # Names these prices among all others (recorded with the usage they priced): the currency and
+    # a digest of the two prices, normalised so "0.60" and "0.6" are the same version.
+    version: str = field(init=False, compare=False, repr=False)
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> Decimal:
         with localcontext(_EXACT):
             per_million = prompt_tokens * self.input_per_million + completion_tokens * self.output_per_million
             return per_million.scaleb(_PER_MILLION)
+
+    def nano_cost(self, prompt_tokens: int, completion_tokens: int) -> int:
+        """`cost` in whole nano-units, rounded up: a price may have 18 decimal places a token, a
+        nano-unit holds 9, so a request is charged at most one nano-unit more than its exact cost,
+        never less (a budget it is held to is never overrun by rounding)."""
+        with localcontext(_EXACT):
+            exact = self.cost(prompt_tokens, completion_tokens).scaleb(-_NANO)
+        return int(exact.to_integral_value(rounding=ROUND_CEILING))
+
+    def __post_init__(self) -> None:
+        # Worked out once, not per request: every priced request's usage record carries it.
+        text = f"{self.input_per_million.normalize():f}/{self.output_per_million.normalize():f}"
+        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+        object.__setattr__(self, "version", f"{self.currency}-{digest}")
 
     def per_token(self) -> tuple[float, float]:
         """(input, output) per token as floats: for Prometheus, whose samples are floats anyway;
@@ -65,6 +95,17 @@ def amount(value: Decimal) -> str:
     """A cost as a plain decimal string: no exponent, no trailing zeros ("0.00015", "12", "0")."""
     with localcontext(_EXACT):
         return format(value.normalize(), "f")
+
+
+def from_nano(nano: int) -> Decimal:
+    """Nano-units as the amount of currency they are, exactly."""
+    with localcontext(_EXACT):
+        return Decimal(nano).scaleb(_NANO)
+
+
+def currency_of(version: str) -> str | None:
+    """The currency a recorded price version was in (None: the model had no price)."""
+    return None if version == UNPRICED else version.split("-", 1)[0]
 
 
 def parse_amount(text: str) -> Decimal:

@@ -8,9 +8,10 @@ gave the team. Platform admins set whatever they like (they set the team's limit
 from __future__ import annotations
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.limits.spec import LimitSet
+from gateway.limits.spec import COST_FIELDS, LimitSet
+from gateway.pricing import amount, from_nano
 
-_CAPPED = ("rpm", "tpm", "max_concurrency", "daily_tokens", "monthly_tokens")
+_CAPPED = ("rpm", "tpm", "max_concurrency", "daily_tokens", "monthly_tokens", *COST_FIELDS)
 DEFAULT_PRIORITY = 5  # a team without one is in the middle band (gateway/routing/share.py)
 
 
@@ -36,9 +37,11 @@ def _check(value: int | None, ceiling: int | None, name: str, team_name: str) ->
 
 
 def _refuse(name: str, ceiling: int, team_name: str) -> None:
+    # Money is nano-units in here, the decimal string the admin wrote out there.
+    shown = amount(from_nano(ceiling)) if name in COST_FIELDS else str(ceiling)
     raise GatewayError(
         ErrorCode.FORBIDDEN,
-        f"'{name}' is above team '{team_name}''s own ({ceiling}): a team admin's keys stay within "
+        f"'{name}' is above team '{team_name}''s own ({shown}): a team admin's keys stay within "
         "their team's limits; a platform-admin changes the team's.",
         param=name,
     )

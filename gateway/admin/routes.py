@@ -28,7 +28,7 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.identity.roles import Action
 from gateway.keys.store import KEEP, KeyNotFoundError, KeyRecord, TeamNotFoundError
 from gateway.limits.spec import LimitSet, parse_limits
-from gateway.metering import usage_report
+from gateway.metering import money_budgets, usage_report
 
 
 def _canonical(deps: AdminDeps) -> dict[str, str]:
@@ -258,14 +258,17 @@ async def usage(request: Request, deps: AdminDeps) -> Response:
         writer.writeheader()
         writer.writerows({k: usage_report.csv_cell(v) for k, v in row.items()} for row in rows)
         return Response(out.getvalue(), media_type="text/csv")
-    return json_response(
-        {
-            "object": "list",
-            "columns": usage_report.COLUMNS,
-            "data": rows,
-            "totals": usage_report.totals(rows),
-        }
-    )
+    body: dict[str, object] = {
+        "object": "list",
+        "columns": usage_report.COLUMNS,
+        "data": rows,
+        "totals": usage_report.totals(rows),
+    }
+    if team:
+        body["budgets"] = await money_budgets.for_team(
+            deps.keystore, deps.meter, deps.router, team_name(team)
+        )
+    return json_response(body)
 
 
 async def audit_log(request: Request, deps: AdminDeps) -> Response:

@@ -16,6 +16,8 @@ _LIMIT_FLAGS = (
     "tpm_counts",
     "daily_tokens",
     "monthly_tokens",
+    "daily_cost",
+    "monthly_cost",
     "weight",
     "priority",
     "default_deadline_ms",
@@ -75,6 +77,9 @@ def add_limit_flags(parser: argparse.ArgumentParser, *, team: bool, update: bool
     parser.add_argument("--max-concurrency", type=int, help="requests in flight at once")
     parser.add_argument("--daily-tokens", type=int, help="token budget per UTC day")
     parser.add_argument("--monthly-tokens", type=int, help="token budget per UTC month")
+    # Strings, sent as typed: the gateway checks them and keeps them exact (never a float here).
+    parser.add_argument("--daily-cost", metavar="AMOUNT", help='money budget per UTC day, e.g. "12.50"')
+    parser.add_argument("--monthly-cost", metavar="AMOUNT", help='money budget per UTC month, e.g. "300"')
     if team:
         parser.add_argument(
             "--weight", type=int, help="share of a saturated model pool relative to other teams (default 1)"

@@ -32,7 +32,23 @@ def cmd_usage(args: argparse.Namespace) -> int:
     # The CSV's columns, in its order, and a totals row under them.
     total = {**result["totals"], "team": "TOTAL"}
     print(render.table([*result["data"], total], usage_report.COLUMNS))
+    if result.get("budgets"):  # a named team's money budgets (gateway/metering/money_budgets.py)
+        print()
+        print(render.table(result["budgets"], BUDGET_COLUMNS))
     return 0
+
+
+BUDGET_COLUMNS = (
+    "owner",
+    "key_id",
+    "period",
+    "budget",
+    "spent",
+    "remaining",
+    "forecast",
+    "currency",
+    "ends_at",
+)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

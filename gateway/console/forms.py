@@ -12,7 +12,7 @@ from starlette.requests import Request
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.body import read_body
-from gateway.limits.spec import LimitSet, parse_limits
+from gateway.limits.spec import COST_FIELDS, LimitSet, parse_limits
 
 MAX_FORM_BYTES = 16 * 1024
 # A limits form has four fields per model (model_limit_rows): room for a few hundred models.
@@ -25,6 +25,8 @@ TEAM_FIELDS = (
     "max_concurrency",
     "daily_tokens",
     "monthly_tokens",
+    "daily_cost",
+    "monthly_cost",
     "weight",
     "priority",
     "default_deadline_ms",
@@ -35,6 +37,8 @@ KEY_FIELDS = (
     "max_concurrency",
     "daily_tokens",
     "monthly_tokens",
+    "daily_cost",
+    "monthly_cost",
     "priority",
     "default_deadline_ms",
 )
@@ -119,10 +123,14 @@ def whole_number(form: Form, name: str) -> int | None:
     return int(raw)
 
 
-def _field(form: Form, errors: FormErrors, name: str, *, budgets: bool, where: str = "") -> int | None:
+def _field(form: Form, errors: FormErrors, name: str, *, budgets: bool, where: str = "") -> int | str | None:
     """The number field `where + name`, judged as a number and then by the limit rules
-    (gateway/limits/spec.py); None when refused (noted in `errors`)."""
-    value = errors.check(lambda: whole_number(form, where + name))
+    (gateway/limits/spec.py); None when refused (noted in `errors`). A money budget stays the
+    decimal text it was typed as: spec.py reads it exactly."""
+    if name in COST_FIELDS:
+        text = form.get(where + name).strip()
+        return text if errors.check(lambda: parse_limits({name: text}, budgets=budgets)) else None
+    value: int | str | None = errors.check(lambda: whole_number(form, where + name))
     if (
         value is None
         or errors.check(lambda: parse_limits({name: value}, budgets=budgets, where=where)) is None

@@ -26,7 +26,7 @@ from gateway.admin import validation
 from gateway.console.web import Console, Page
 from gateway.errors import ErrorCode, GatewayError
 from gateway.identity.roles import Action
-from gateway.metering import usage_report
+from gateway.metering import money_budgets, usage_report
 from gateway.pricing import add, amount, parse_amount
 
 _DEFAULT_DAYS = 7
@@ -196,6 +196,13 @@ class Usage:
             "chart": orjson.dumps(chart(query, found.rows, found.days)).decode(),
             "teams": _visible(page, await page.deps.keystore.list_teams(), Action.READ_USAGE),
             "error": error,
+            "budgets": (
+                await money_budgets.for_team(
+                    page.deps.keystore, page.deps.meter, page.deps.router, query.team
+                )
+                if query.team
+                else []
+            ),
         }
         return self._console.render(request, "usage.html", context, session=page.session, status=status)
 

@@ -23,6 +23,7 @@ from gateway.limits import admission, plans
 from gateway.limits.peek import LimitReader, Remaining
 from gateway.metering import usage_report
 from gateway.metering.meter import Meter
+from gateway.pricing import amount, from_nano
 from gateway.state import app_state
 
 # The `api` of this endpoint in metrics and the access log: a constant, like a dialect's name.
@@ -45,6 +46,12 @@ def _shown(state: Remaining) -> dict[str, object]:
         out["in_use"] = state.in_use
     elif limit.kind is admission.LimitKind.BUDGET:
         out["used"] = state.in_use
+        out["resets_in_s"] = round(state.reset_after_s, 3)
+    elif limit.kind is admission.LimitKind.MONEY:
+        # Nano-units inside; the exact decimal strings of the admin API outside.
+        out["limit"] = amount(from_nano(limit.amount))
+        out["remaining"] = amount(from_nano(state.remaining))
+        out["used"] = amount(from_nano(state.in_use))
         out["resets_in_s"] = round(state.reset_after_s, 3)
     else:
         # Until the limit is whole again: a GCRA limit refills steadily, not at a minute's edge.
@@ -135,7 +142,8 @@ def schema() -> dict[str, Any]:
                 "type": "object",
                 "description": "Per whose limit (key, team), per limit name (and per model under "
                 "`models`): limit, remaining, and in_use (concurrency), used and resets_in_s "
-                "(budgets) or full_in_s (per-minute limits).",
+                "(budgets) or full_in_s (per-minute limits); money budgets (daily_cost, "
+                "monthly_cost) give limit, remaining and used as decimal strings of the currency.",
                 "properties": {"key": {"type": "object"}, "team": {"type": "object"}},
             },
             "usage": {

@@ -61,6 +61,15 @@ def limits(*, budgets: bool, weight: bool | None = None, per_model: bool = True)
     if budgets:
         properties["daily_tokens"] = int_field(1, "Token budget per UTC calendar day.")
         properties["monthly_tokens"] = int_field(1, "Token budget per UTC calendar month.")
+        for name, period in (("daily_cost", "day"), ("monthly_cost", "month")):
+            properties[name] = nullable(
+                {
+                    "type": "string",
+                    "pattern": r"^\s*[0-9]{1,16}(\.[0-9]{1,9})?\s*$",
+                    "description": f"Money budget per UTC calendar {period}, in the model table's "
+                    "currency: an exact decimal string, more than 0, at most 9 decimal places.",
+                }
+            )
     if budgets if weight is None else weight:
         properties["weight"] = int_field(1, "The team's share of a saturated pool's queue (default 1).")
     if per_model:

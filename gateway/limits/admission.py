@@ -30,6 +30,7 @@ from gateway.limits.leases import Lease, LeaseKeeper
 from gateway.limits.spec import TokenCount
 from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
+from gateway.pricing import Price, amount, from_nano
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
 from gateway.redis.client import RedisClient
@@ -48,12 +49,14 @@ class LimitKind(enum.Enum):
     TOKENS = ("tokens", "g", "tpm")  # GCRA, the reserved tokens
     CONCURRENCY = ("concurrency", "c", "concurrency")  # slots, one per request in flight
     BUDGET = ("budget", "b", "budget")  # tokens per calendar period
+    # Nano-units of money per calendar period, at the request's model's prices (gateway/pricing.py)
+    MONEY = ("money", "b", "money")
 
 
 # The members as plain names, for the loops that run per limit on every request: in Python 3.11
 # each `LimitKind.X` or `TokenCount.X` read is a descriptor call, ~5x a global's.
 _REQUESTS, _TOKENS = LimitKind.REQUESTS, LimitKind.TOKENS
-_CONCURRENCY, _BUDGET = LimitKind.CONCURRENCY, LimitKind.BUDGET
+_CONCURRENCY, _BUDGET, _MONEY = LimitKind.CONCURRENCY, LimitKind.BUDGET, LimitKind.MONEY
 _TOTAL, _INPUT, _OUTPUT = TokenCount.TOTAL, TokenCount.INPUT, TokenCount.OUTPUT
 
 # A slot outlives a replica that died mid-request by this much at most; a running request's slot
@@ -77,6 +80,14 @@ class Limit:
     scope: str = "key"  # whose limit: "key" or "team" (`scope` on sluicegate_rate_limited_total)
     name: str = ""  # the LimitSet field it comes from (rpm, tpm, max_concurrency, daily_tokens, ...)
     model: str | None = None  # set for a per-model limit
+    price: Price | None = None  # MONEY: the prices of the request's model, what its tokens cost
+
+
+def money_costs(price: Price, prompt: int) -> tuple[int, int]:
+    """(nano-units for the prompt, nano-units per output token), each rounded up: what admit.lua
+    charges a MONEY limit is the first plus the second times the output granted, integers all
+    (below 2^53 while the budget is: the script never charges more than what is left)."""
+    return price.nano_cost(prompt, 0), price.nano_cost(0, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +134,8 @@ class Admission:
         """Why the output granted is less than asked (x-sluicegate-max-tokens-limited-by)."""
         if self.bounded_by is None:
             return None
-        return "budget" if self.bounded_by.limit.kind is LimitKind.BUDGET else "tokens_per_minute"
+        kind = self.bounded_by.limit.kind
+        return "budget" if kind is _BUDGET or kind is _MONEY else "tokens_per_minute"
 
     def tightest(self, kind: LimitKind) -> LimitState | None:
         """The state a client should see for one kind of limit: the one that refused, else the
@@ -162,6 +174,13 @@ class Admission:
             )
         retry_after = max(1, math.ceil(self.denied_by.retry_after_s))
         headers = {"retry-after": str(retry_after)}
+        if limit.kind is _MONEY:
+            return GatewayError(
+                ErrorCode.INSUFFICIENT_QUOTA,
+                f"Money budget exhausted: {limit.description} ({amount(from_nano(limit.amount))} "
+                f"{limit.price.currency if limit.price else ''}). It renews in {retry_after} s.",
+                headers=headers,
+            )
         if limit.kind is LimitKind.BUDGET:
             return GatewayError(
                 ErrorCode.INSUFFICIENT_QUOTA,
@@ -204,6 +223,13 @@ class Admission:
                 give_back = back_in + back_out
                 if give_back:
                     out.append((limit.redis_key, limit.kind.script_kind, str(give_back)))
+            elif limit.kind is _MONEY and limit.price is not None:
+                # What was reserved, less what the tokens cost: both rounded up, integers.
+                fixed, per_output = money_costs(limit.price, self.reservation.prompt_tokens)
+                reserved = fixed + per_output * self.reservation.completion_tokens
+                give_back = reserved - limit.price.nano_cost(prompt, completion)
+                if give_back:
+                    out.append((limit.redis_key, limit.kind.script_kind, str(give_back)))
         return out
 
 
@@ -214,11 +240,15 @@ def unlimited(reservation: Reservation) -> Admission:
 
 
 def script_costs(limits: Sequence[Limit], prompt: int) -> list[tuple[int, int]]:
-    """(fixed cost, 1 if the output counts too) of each limit in admit.lua, in one pass."""
+    """(fixed cost, what each output token adds: 0, 1, or a MONEY limit's nano-units) of each
+    limit in admit.lua, in one pass."""
     out: list[tuple[int, int]] = []
     for limit in limits:
         if limit.kind in (_REQUESTS, _CONCURRENCY):
             out.append((1, 0))
+            continue
+        if limit.kind is _MONEY:
+            out.append(money_costs(limit.price, prompt) if limit.price is not None else (0, 0))
             continue
         counts = _TOTAL if limit.kind is _BUDGET else limit.counts
         out.append(((0 if counts is _OUTPUT else prompt), (0 if counts is _INPUT else 1)))
@@ -266,14 +296,16 @@ class RateLimiter:
         admission marker says it was charged. The marker holds the output granted, which this
         side never learnt: settle.lua adds it where a limit counts output (the ":1")."""
         settlements: list[tuple[str, str, str]] = []
-        for limit, (fixed, counts_output) in zip(limits, script_costs(limits, prompt), strict=True):
+        for limit, (fixed, per_output) in zip(limits, script_costs(limits, prompt), strict=True):
             if limit.kind is _CONCURRENCY:
                 settlements.append((limit.redis_key, limit.kind.script_kind, request_id))
-            elif limit.kind in (_TOKENS, _BUDGET):
-                amount = f"{fixed}:1" if counts_output else str(fixed)
+            elif limit.kind in (_TOKENS, _BUDGET, _MONEY):
+                back = f"{fixed}:1" if per_output else str(fixed)
+                if per_output > 1:  # money: each output token granted gives back its price
+                    back += f":{per_output}"
                 if limit.kind is _TOKENS:
-                    amount = f"{limit.period_s / limit.amount!r}:{amount}"
-                settlements.append((limit.redis_key, limit.kind.script_kind, amount))
+                    back = f"{limit.period_s / limit.amount!r}:{back}"
+                settlements.append((limit.redis_key, limit.kind.script_kind, back))
         self._compensator.submit(
             UsageRecord(
                 request_id=request_id,
@@ -323,8 +355,11 @@ class RateLimiter:
                 counts = limit.counts
                 cost = "t" if counts is _TOTAL else "i" if counts is _INPUT else "o"
                 words.append(f"g {limit.amount} {limit.period_s} {cost} ")
-            else:  # a budget counts every token
+            elif kind is _BUDGET:  # a budget counts every token
                 words.append(f"b {limit.amount} {limit.period_s} t ")
+            else:  # money: the prompt's price, and each output token's (plans.py sets a price)
+                fixed, per_output = money_costs(limit.price, prompt) if limit.price else (0, 0)
+                words.append(f"b {limit.amount} {limit.period_s} ${fixed}x{per_output} ")
         args = (request_id, asked, least, max(1, step), prompt, "".join(words))
         if self._breaker.open:
             # A call moments ago failed: do not wait out another timeout.

@@ -37,7 +37,7 @@ class LimitReader:
         for limit in limits:
             if limit.kind is LimitKind.CONCURRENCY:
                 args += ("c", limit.amount, 0)
-            elif limit.kind is LimitKind.BUDGET:
+            elif limit.kind is LimitKind.BUDGET or limit.kind is LimitKind.MONEY:
                 args += ("b", limit.amount, limit.period_s)
             else:
                 args += ("g", limit.amount, limit.period_s)

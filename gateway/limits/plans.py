@@ -13,8 +13,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from gateway.errors import ErrorCode, GatewayError
 from gateway.limits.admission import Limit, LimitKind
 from gateway.limits.spec import LimitSet, TokenCount
+from gateway.pricing import Price
 from gateway.redis import keys as redis_keys
 
 
@@ -70,22 +72,43 @@ def scoped(limits: LimitSet, scope: str, who: str, model: str, rl: str) -> list[
 
 
 def plan(
-    team: str, team_limits: LimitSet, key_id: str, key_limits: LimitSet, model: str, now: dt.datetime
+    team: str,
+    team_limits: LimitSet,
+    key_id: str,
+    key_limits: LimitSet,
+    model: str,
+    now: dt.datetime,
+    price: Price | None = None,
 ) -> list[Limit]:
-    """Every limit one request of `key_id` (of `team`) to `model` must pass."""
+    """Every limit one request of `key_id` (of `team`) to `model` (at `price`) must pass."""
     rl = redis_keys.rate_limits(team)  # every key below starts with it
     limits = scoped(key_limits, f"key:{key_id}", f"key {key_id}", model, rl)
     limits += scoped(team_limits, "team", f"team {team}", model, rl)
-    limits += budgets(key_limits, f"key:{key_id}:", f"key {key_id}", rl, now)
-    limits += budgets(team_limits, "", f"team {team}", rl, now)
+    limits += budgets(key_limits, f"key:{key_id}:", f"key {key_id}", rl, now, price)
+    limits += budgets(team_limits, "", f"team {team}", rl, now, price)
     return limits
 
 
-def budgets(limits: LimitSet, prefix: str, who: str, rl: str, now: dt.datetime) -> list[Limit]:
-    """The daily and monthly token budgets of a team (`prefix` "") or of a key in it (`key:<id>:`):
-    one counter per UTC period, so a new period starts at zero without anyone resetting it. `rl`:
-    the team's keys.rate_limits."""
-    return [at(now) for at in budget_periods(limits, prefix, who, rl, now)]
+def budgets(
+    limits: LimitSet, prefix: str, who: str, rl: str, now: dt.datetime, price: Price | None = None
+) -> list[Limit]:
+    """The daily and monthly token and money budgets of a team (`prefix` "") or of a key in it
+    (`key:<id>:`): one counter per UTC period, so a new period starts at zero without anyone
+    resetting it. `rl`: the team's keys.rate_limits."""
+    return [at(now) for at in budget_periods(limits, prefix, who, rl, now, price)]
+
+
+def require_price(limits: list[Limit], model: str) -> None:
+    """A money budget cannot count what a model without a price costs: a request to one is
+    refused (403), rather than served free past the budget. Budgets are set at run time (admin
+    API), so this is the first place that sees both."""
+    for limit in limits:
+        if limit.kind is LimitKind.MONEY and limit.price is None:
+            raise GatewayError(
+                ErrorCode.MODEL_NOT_ALLOWED,
+                f"Model '{model}' has no price in the model table, and {limit.description} is a "
+                "money budget that cannot count it; ask an operator to price the model.",
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,46 +122,46 @@ class BudgetPeriod:
     def __call__(self, now: dt.datetime) -> Limit:
         limit = self.limit
         return Limit(
-            LimitKind.BUDGET,
+            limit.kind,
             limit.redis_key,
             limit.amount,
             limit.description,
             period_s=(self.end - now).total_seconds(),
             scope=limit.scope,
             name=limit.name,
+            price=limit.price,
         )
 
 
-def budget_periods(limits: LimitSet, prefix: str, who: str, rl: str, now: dt.datetime) -> list[BudgetPeriod]:
-    """`budgets()`, each as its period that holds `now`."""
+def budget_periods(
+    limits: LimitSet, prefix: str, who: str, rl: str, now: dt.datetime, price: Price | None = None
+) -> list[BudgetPeriod]:
+    """`budgets()`, each as its period that holds `now`. Money budgets (`daily_cost`,
+    `monthly_cost`) count nano-units at `price`, on counters of their own."""
     out: list[BudgetPeriod] = []
     scope = "key" if prefix else "team"
-    if limits.daily_tokens:
-        tomorrow = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
-        key = rl + f"{prefix}budget:d:{now.date().isoformat()}"
-        daily = Limit(
-            LimitKind.BUDGET,
-            key,
-            limits.daily_tokens,
-            f"{who} daily tokens",
-            scope=scope,
-            name="daily_tokens",
-        )
-        out.append(BudgetPeriod(daily, tomorrow))
-    if limits.monthly_tokens:
-        first = now.date().replace(day=1)
-        next_month = (first + dt.timedelta(days=32)).replace(day=1)
-        end = dt.datetime.combine(next_month, dt.time(), dt.UTC)
-        key = rl + f"{prefix}budget:m:{first:%Y-%m}"
-        monthly = Limit(
-            LimitKind.BUDGET,
-            key,
-            limits.monthly_tokens,
-            f"{who} monthly tokens",
-            scope=scope,
-            name="monthly_tokens",
-        )
-        out.append(BudgetPeriod(monthly, end))
+    tomorrow = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
+    first = now.date().replace(day=1)
+    next_month = dt.datetime.combine((first + dt.timedelta(days=32)).replace(day=1), dt.time(), dt.UTC)
+    day, month = now.date().isoformat(), f"{first:%Y-%m}"
+    tokens, money = LimitKind.BUDGET, LimitKind.MONEY
+    for amount, kind, name, what, key, end in (
+        (limits.daily_tokens, tokens, "daily_tokens", "daily tokens", f"d:{day}", tomorrow),
+        (limits.monthly_tokens, tokens, "monthly_tokens", "monthly tokens", f"m:{month}", next_month),
+        (limits.daily_cost, money, "daily_cost", "daily cost (money)", f"cd:{day}", tomorrow),
+        (limits.monthly_cost, money, "monthly_cost", "monthly cost (money)", f"cm:{month}", next_month),
+    ):
+        if amount:
+            limit = Limit(
+                kind,
+                rl + f"{prefix}budget:{key}",
+                amount,
+                f"{who} {what}",
+                scope=scope,
+                name=name,
+                price=price if kind is LimitKind.MONEY else None,
+            )
+            out.append(BudgetPeriod(limit, end))
     return out
 
 
@@ -148,7 +171,7 @@ _MAX_KEPT = 10_000
 
 
 class _Kept:
-    __slots__ = ("budgets", "day", "fixed", "has_budgets", "key_limits", "rl", "team_limits")
+    __slots__ = ("budgets", "day", "fixed", "has_budgets", "key_limits", "price", "rl", "team_limits")
 
     def __init__(
         self, key_limits: LimitSet, team_limits: LimitSet, fixed: tuple[Limit, ...], rl: str
@@ -162,14 +185,20 @@ class _Kept:
             or key_limits.monthly_tokens
             or team_limits.daily_tokens
             or team_limits.monthly_tokens
+            or key_limits.daily_cost
+            or key_limits.monthly_cost
+            or team_limits.daily_cost
+            or team_limits.monthly_cost
         )
         self.day: dt.date | None = None  # the UTC day `budgets` are for
         self.budgets: tuple[BudgetPeriod, ...] = ()
+        self.price: Price | None = None  # the price money budgets in `budgets` count at
 
 
 class LimitPlans:
     """`plan()` as it gives them, remembered per (team, key, model) while the key's
-    and the team's `LimitSet`s are the same (a key record read again is a new, equal one)."""
+    and the team's `LimitSet`s are the same (a key record read again is a new, equal one). For a
+    request to be served: a model without a price under a money budget is refused (require_price)."""
 
     __slots__ = ("_kept",)
 
@@ -184,6 +213,7 @@ class LimitPlans:
         key_limits: LimitSet,
         model: str,
         now: dt.datetime,
+        price: Price | None = None,
     ) -> list[Limit]:
         entry = (team, key_id, model)
         kept = self._kept.get(entry)
@@ -203,9 +233,11 @@ class LimitPlans:
         if not kept.has_budgets:
             return limits
         day = now.date()
-        if kept.day != day:
-            periods = budget_periods(key_limits, f"key:{key_id}:", f"key {key_id}", kept.rl, now)
-            periods += budget_periods(team_limits, "", f"team {team}", kept.rl, now)
-            kept.budgets, kept.day = tuple(periods), day
+        if kept.day != day or kept.price is not price:
+            periods = budget_periods(key_limits, f"key:{key_id}:", f"key {key_id}", kept.rl, now, price)
+            periods += budget_periods(team_limits, "", f"team {team}", kept.rl, now, price)
+            kept.budgets, kept.day, kept.price = tuple(periods), day, price
         limits += [at(now) for at in kept.budgets]
+        if price is None:
+            require_price(limits, model)
         return limits

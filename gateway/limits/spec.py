@@ -1,10 +1,13 @@
 """What a team or a key is allowed: request, token and concurrency limits (optionally per model)
-and, for teams, daily and monthly token budgets. Stored as one JSON field on the team or key record.
+and, for teams and keys, daily and monthly token and money budgets. Stored as one JSON field on the
+team or key record; a money budget is an exact decimal string there and in the admin API, and
+nano-units (10^-9 of the model table's currency, gateway/pricing.py) in here.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +15,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.pricing import MAX_NANO, NANO_PER_UNIT, amount, from_nano
 
 
 class TokenCount(enum.StrEnum):
@@ -29,9 +33,13 @@ _BUDGET_FIELDS = ("daily_tokens", "monthly_tokens", "weight")
 # A key may have token budgets of its own (inside its team's), but no weight: the fair queue is
 # between teams. Per-model limits have neither.
 _KEY_BUDGET_FIELDS = ("daily_tokens", "monthly_tokens")
+# Money budgets, teams and keys: decimal strings outside, nano-units inside.
+COST_FIELDS = ("daily_cost", "monthly_cost")
+_COST_DECIMALS = 9  # a nano-unit
 # Teams and keys, not per model; each with a range of its own (checked by _priority, _deadline).
 _SHARE_FIELDS = ("priority", "default_deadline_ms")
 PRIORITY_RANGE = (1, 9)
+_DECIMAL_RE = re.compile(r"[0-9]{1,16}(\.[0-9]+)?")  # no sign, no exponent: "12", "0.5", "12.50"
 MAX_DEADLINE_MS = 86_400_000  # a day: more is a mistake, not a deadline (gateway/routing/deadline.py)
 
 
@@ -43,6 +51,8 @@ class LimitSet:
     tpm_counts: TokenCount = TokenCount.TOTAL
     daily_tokens: int | None = None  # teams and keys (not per model), UTC calendar day
     monthly_tokens: int | None = None  # teams and keys (not per model), UTC calendar month
+    daily_cost: int | None = None  # teams and keys: nano-units a UTC day (gateway/pricing.py)
+    monthly_cost: int | None = None  # teams and keys: nano-units a UTC calendar month
     weight: int | None = None  # teams only: share of a saturated pool relative to other teams
     # Teams and keys (not per model): the priority band in a saturated pool, 1 (lowest) to 9,
     # default 5; a higher band is served first (gateway/routing/share.py).
@@ -69,6 +79,10 @@ class LimitSet:
             for name in (*_RATE_FIELDS, *_BUDGET_FIELDS, *_SHARE_FIELDS)
             if getattr(self, name)
         }
+        for name in COST_FIELDS:
+            nano = getattr(self, name)
+            if nano:
+                out[name] = amount(from_nano(nano))
         if self.tpm is not None and self.tpm_counts != "total":
             out["tpm_counts"] = self.tpm_counts
         if self.per_model:
@@ -84,7 +98,7 @@ class LimitSet:
 
     def merged(self, changes: LimitSet, cleared: set[str]) -> LimitSet:
         """These limits with `changes` applied; names in `cleared` are removed."""
-        names = (*_RATE_FIELDS, *_BUDGET_FIELDS, *_SHARE_FIELDS)
+        names = (*_RATE_FIELDS, *_BUDGET_FIELDS, *COST_FIELDS, *_SHARE_FIELDS)
         values = {name: getattr(self, name) for name in (*names, "tpm_counts")}
         for name in names:
             if getattr(changes, name) is not None:
@@ -117,6 +131,24 @@ def _positive_int(value: Any, param: str) -> int:
     return value
 
 
+def _cost(value: Any, param: str) -> int:
+    """A money budget: a decimal string of the currency, more than zero, at most nine decimal
+    places (a nano-unit), below 2^53 nano-units (admit.lua adds them up as Lua numbers)."""
+    why = (
+        f"'{param}' must be an amount of money as a decimal string such as \"12.50\", more than 0 "
+        f"and at most {amount(from_nano(MAX_NANO))}, with at most {_COST_DECIMALS} decimal places."
+    )
+    if not isinstance(value, str) or not _DECIMAL_RE.fullmatch(value.strip()):
+        raise GatewayError(ErrorCode.INVALID_REQUEST, why, param=param)
+    whole, _, fraction = value.strip().partition(".")
+    if len(fraction) > _COST_DECIMALS:
+        raise GatewayError(ErrorCode.INVALID_REQUEST, why, param=param)
+    nano = int(whole) * NANO_PER_UNIT + int(fraction.ljust(_COST_DECIMALS, "0") or 0)
+    if not 1 <= nano <= MAX_NANO:
+        raise GatewayError(ErrorCode.INVALID_REQUEST, why, param=param)
+    return nano
+
+
 def _priority(value: Any) -> int:
     low, high = PRIORITY_RANGE
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -141,6 +173,10 @@ def parse_limits(body: Mapping[str, Any], *, budgets: bool, where: str = "") -> 
     for name in (*_RATE_FIELDS, *extra):
         if body.get(name) is not None:
             values[name] = _positive_int(body[name], where + name)
+    if not where:  # teams and keys, not per model
+        for name in COST_FIELDS:
+            if body.get(name) is not None:
+                values[name] = _cost(body[name], name)
     if not where and body.get("priority") is not None:
         values["priority"] = _priority(body["priority"])
     if not where and body.get("default_deadline_ms") is not None:

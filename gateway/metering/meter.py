@@ -6,11 +6,16 @@ request.
     sg:{t:<team>}:req:<request_id>     STR   marker that makes a retried write count once
     sg:{t:<team>}:last-used            HASH  key id -> Unix seconds of its last finished request
 
-Counters: requests, prompt_tokens, completion_tokens, errors, disconnects. The api (`chat`,
+Counters: requests, prompt_tokens, completion_tokens, errors, disconnects, and cost_nano (what
+the requests cost at the prices in force when they ran, gateway/pricing.py). The api (`chat`,
 `completions`, `embeddings`, `messages`, `responses`) is a field of the same hash, so the keys did
 not change when it came: fields written before it, `"<key_id>|<model>|<counter>"`, are read as
-usage with no api (`null` in a report) and stay until the day's hash expires. Key ids, model names
-and api names never hold a `|`, so the number of parts tells the two layouts apart.
+usage with no api (`null` in a report) and stay until the day's hash expires. Since costs are
+recorded, a field also names the price version the requests were priced at,
+`"<key_id>|<model>|<api>|<price_version>|<counter>"`: usage at two prices is two rows, each keeping
+its own cost; fields without one are usage recorded before costs were (`price_version` null, which
+the report prices as today). Key ids, model names, api names and price versions never hold a `|`,
+so the number of parts tells the layouts apart.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ log = logging.getLogger("sluicegate.metering")
 
 _MARKER_TTL_S = 24 * 3600
 _USAGE_TTL_S = 400 * 24 * 3600
-COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "errors", "disconnects")
+COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "errors", "disconnects", "cost_nano")
 # How long a written batch is kept, to be written again if a later write fails: what a primary
 # acknowledged just before it died may never have reached the replica that replaces it (Redis
 # replicates asynchronously; Sentinel or Cluster failover). settle.lua counts a request id once,
@@ -55,8 +60,16 @@ def _keys(usage: UsageRecord) -> list[str]:
     return keys
 
 
+def _costed(usage: UsageRecord) -> bool:
+    """Written with its cost: every record since costs are recorded (all of them have an api)."""
+    return bool(usage.api and usage.price_version)
+
+
 def _field_prefix(usage: UsageRecord) -> str:
-    # A record spooled before the api existed has none: it is written in the layout it came from.
+    # A record spooled before the api (or its cost) existed has none: it is written in the layout
+    # it came from.
+    if _costed(usage):
+        return f"{usage.key_id}|{usage.model}|{usage.api}|{usage.price_version}"
     if usage.api:
         return f"{usage.key_id}|{usage.model}|{usage.api}"
     return f"{usage.key_id}|{usage.model}"
@@ -75,6 +88,7 @@ def _args(usage: UsageRecord) -> list[str | int]:
         int(usage.void),
         # One string, not two arguments per limit: the client formats each argument on its own.
         "".join([f"{kind} {argument} " for _, kind, argument in usage.settlements]),
+        usage.cost_nano if _costed(usage) else 0,
     ]
 
 
@@ -237,13 +251,14 @@ class Meter:
 
 
 def _rows_of_day(team: str, day: str, raw: dict[bytes, bytes]) -> list[dict[str, object]]:
-    grouped: dict[tuple[str, str, str], dict[str, int]] = defaultdict(dict)
+    grouped: dict[tuple[str, str, str, str], dict[str, int]] = defaultdict(dict)
     for field, value in raw.items():
         key_id, model, *rest = field.decode().split("|")
-        api = rest[0] if len(rest) == 2 else ""  # old layout: "<key_id>|<model>|<counter>"
-        grouped[(key_id, model, api)][rest[-1]] = int(value)
+        api = rest[0] if len(rest) >= 2 else ""  # old layout: "<key_id>|<model>|<counter>"
+        version = rest[1] if len(rest) == 3 else ""  # recorded before costs were: none
+        grouped[(key_id, model, api, version)][rest[-1]] = int(value)
     rows: list[dict[str, object]] = []
-    for (key_id, model, api_name), counters in sorted(grouped.items()):
+    for (key_id, model, api_name, version), counters in sorted(grouped.items()):
         row: dict[str, object] = {"team": team, "key_id": key_id, "model": model, "day": day}
         for name in COUNTERS:
             row[name] = counters.get(name, 0)
@@ -251,5 +266,6 @@ def _rows_of_day(team: str, day: str, raw: dict[bytes, bytes]) -> list[dict[str,
         # Last, so CSV readers that go by column position still read what they did before; null
         # (an empty CSV cell) for usage written before it was recorded.
         row["api"] = api_name or None
+        row["price_version"] = version or None
         rows.append(row)
     return rows

@@ -25,6 +25,11 @@ class UsageRecord:
     # The client API (a dialect's name). "" in a record spooled before usage had it: it is then
     # metered as the old layout wrote it, which reports show with no api.
     api: str = ""
+    # What it cost, decided when it ran (gateway/pricing.py): nano-units at the prices of
+    # `price_version` (pricing.UNPRICED: its model had none, so nothing). "" in a record from before
+    # costs were recorded: its usage is written without a cost, and reports price it as today.
+    cost_nano: int = 0
+    price_version: str = ""
 
     @staticmethod
     def today() -> str:

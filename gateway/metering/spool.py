@@ -72,11 +72,11 @@ def _as_tuples(value: Any) -> Any:
 
 
 # settle.lua's argument per kind of limit: "g" seconds per token and tokens (a void's may end in
-# ":1"), "c" the request id, "b" tokens.
+# ":1"), "c" the request id, "b" tokens or nano-units (a void's may end in ":1", money's ":1:<w>").
 _SETTLEMENT_ARGUMENT = {
     "g": re.compile(r"[0-9.e+-]+:-?[0-9]+(:1)?"),
     "c": re.compile(r"[!-~]{1,200}"),
-    "b": re.compile(r"-?[0-9]+(:1)?"),
+    "b": re.compile(r"-?[0-9]+(:1(:[0-9]+)?)?"),
 }
 
 

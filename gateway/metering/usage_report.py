@@ -2,10 +2,12 @@
 API's `usage`, the CLI's table and CSV, and the web console all go through here, so they show the
 same columns in the same order.
 
-Cost (gateway/pricing.py): `priced` gives each raw row its model's cost, a decimal string, before
-any grouping, since a team's rows mix models of different prices; grouping and totals then add
-those exactly. A row of a model with no price (or no longer in the table) has cost null and adds
-nothing. Costs use the prices configured now, not those of the day the tokens were used.
+Cost (gateway/pricing.py): `priced` gives each raw row its cost, a decimal string, before any
+grouping, since a team's rows mix models of different prices; grouping and totals then add those
+exactly. A raw row's cost is the one recorded with it, at the prices in force when its requests ran
+(`cost_source` "recorded"; null if its model had no price then). Rows recorded before costs were
+have none: they are priced as today (`cost_source` "repriced"; null if the model has no price now,
+or is no longer in the table). A grouped row that mixes the two says "mixed".
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ from collections.abc import Iterable, Mapping
 from typing import Literal, get_args
 
 from gateway.model_table import ModelConfig
-from gateway.pricing import Price, add, amount, parse_amount
+from gateway.pricing import UNPRICED, Price, add, amount, currency_of, from_nano, parse_amount
 
 # The dimensions of a row, then its counters; `api` last, so CSV readers that go by column position
 # still read what they did before it came (it is also where Meter.report puts it).
 DIMENSIONS = ("team", "key_id", "model", "day")
 COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "errors", "disconnects", "total_tokens")
-# `cost` and `currency` after `api`, for the same reason.
-COLUMNS = (*DIMENSIONS, *COUNTERS, "api", "cost", "currency")
+# `cost` and `currency` after `api`, then `cost_source` and `price_version`, for the same reason.
+COLUMNS = (*DIMENSIONS, *COUNTERS, "api", "cost", "currency", "cost_source", "price_version")
+RECORDED, REPRICED, MIXED = "recorded", "repriced", "mixed"
 
 GroupBy = Literal["team", "key", "model", "api", "day"]
 GROUP_BYS: tuple[str, ...] = get_args(GroupBy)
@@ -60,6 +63,10 @@ def _add(into: Row, row: Mapping[str, object]) -> None:
             cost if not isinstance(earlier, str) else amount(add((parse_amount(earlier), parse_amount(cost))))
         )
         into["currency"] = row.get("currency")
+    # A grouped row's price_version stays null: its rows may have several.
+    source, earlier_source = row.get("cost_source"), into.get("cost_source")
+    if source is not None:
+        into["cost_source"] = source if earlier_source in (None, source) else MIXED
 
 
 def model_prices(models: Iterable[ModelConfig]) -> dict[str, Price]:
@@ -68,15 +75,23 @@ def model_prices(models: Iterable[ModelConfig]) -> dict[str, Price]:
 
 
 def priced(rows: Iterable[Mapping[str, object]], prices: Mapping[str, Price]) -> list[Row]:
-    """The raw rows (one model each) with `cost` (its tokens times its model's price, exact, as a
-    decimal string) and `currency`; both null for a model without a price."""
+    """The raw rows (one model and price version each) with `cost` (a decimal string), `currency`
+    and `cost_source`: the cost recorded with the row, or, for a row recorded before costs were,
+    its tokens times its model's price now (exact); cost and currency null for no price."""
     out: list[Row] = []
     for row in rows:
+        version = row.get("price_version")
+        if isinstance(version, str):
+            currency = currency_of(version)
+            cost = None if version == UNPRICED else amount(from_nano(_count(row.get("cost_nano"))))
+            out.append({**row, "cost": cost, "currency": currency, "cost_source": RECORDED})
+            continue
         price = prices.get(str(row.get("model")))
         cost = None
         if price is not None:
             cost = amount(price.cost(_count(row.get("prompt_tokens")), _count(row.get("completion_tokens"))))
-        out.append({**row, "cost": cost, "currency": price.currency if price else None})
+        currency = price.currency if price else None
+        out.append({**row, "cost": cost, "currency": currency, "cost_source": REPRICED})
     return out
 
 

@@ -157,6 +157,7 @@ class Pipeline:
             self._metrics,
             self._meter,
             share=self._share_ticket(admitted),
+            price=admitted.requested.model.price,
         )
         try:
             await self._answer(dialect, admitted, settlement, scope, receive, send)
@@ -200,7 +201,13 @@ class Pipeline:
         holder = await self._holder(call.continues, principal.team_id, ctx.model)
         salt = await self._salts.scope(principal.team_id, key.id, call.client_salt)
         planned = self._plans.plan(
-            key.team, principal.team_limits, key.id, key.limits, ctx.model, dt.datetime.now(dt.UTC)
+            key.team,
+            principal.team_limits,
+            key.id,
+            key.limits,
+            ctx.model,
+            dt.datetime.now(dt.UTC),
+            requested.model.price,
         )
         history = 0 if holder is None else holder.tokens
         prompt = call.estimated_prompt_tokens() + history

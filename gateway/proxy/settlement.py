@@ -19,6 +19,7 @@ from gateway.http.context import RequestContext
 from gateway.limits.admission import Admission
 from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
+from gateway.pricing import UNPRICED, Price
 from gateway.proxy.usage import Usage
 from gateway.routing.share import ShareTicket
 
@@ -75,6 +76,8 @@ class Settlement:
     outcome: Outcome = field(default_factory=Outcome)
     # The request's token fair-share charges, corrected here to what it used.
     share: ShareTicket | None = None
+    # The model's prices when it was admitted: what its usage is recorded as costing.
+    price: Price | None = None
     _finished: bool = False
 
     def __post_init__(self) -> None:
@@ -136,6 +139,7 @@ class Settlement:
         ctx.finish_reason = (out.finish_reason or "")[:64]  # the worker's word: bounded
         # Every attempt that failed is in attempt_failures; the one that answered (if any) is not.
         ctx.attempts = max(ctx.attempts, len(out.attempt_failures))
+        price = self.price
         self.meter.submit(
             UsageRecord(
                 request_id=ctx.request_id,
@@ -149,6 +153,8 @@ class Settlement:
                 day=UsageRecord.today(),
                 settlements=tuple(self.admission.settlements(prompt, completion)),
                 api=ctx.api,
+                cost_nano=price.nano_cost(prompt, completion) if price is not None else 0,
+                price_version=price.version if price is not None else UNPRICED,
             )
         )
         if self.share is None:

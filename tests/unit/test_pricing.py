@@ -13,7 +13,7 @@ from gateway.metering import usage_report
 from gateway.model_file import parse_model_table
 from gateway.model_table import ModelConfig, ModelTable
 from gateway.observability.metrics import Metrics
-from gateway.pricing import Price, amount, parse_price
+from gateway.pricing import Price, amount, from_nano, parse_price
 from gateway.routing.router import Router
 
 
@@ -124,7 +124,46 @@ def test_grouped_usage_is_priced_per_model_before_it_is_summed() -> None:
     assert by_model["unpriced"]["cost"] is None
     assert by_model["unpriced"]["currency"] is None
     assert usage_report.totals(usage_report.priced([_row("ml", "unpriced", 1, 1)], prices))["cost"] is None
-    assert list(usage_report.ordered(rows[0]))[-3:] == ["api", "cost", "currency"]
+    last = ["api", "cost", "currency", "cost_source", "price_version"]
+    assert list(usage_report.ordered(rows[0]))[-5:] == last
+    assert {r["cost_source"] for r in rows} == {"repriced"}  # none recorded a cost: today's prices
+
+
+def test_costs_are_recorded_in_whole_nano_units_rounded_up() -> None:
+    price = Price(Decimal("0.15"), Decimal("0.6"))
+    assert price.nano_cost(3, 5) == 3_450  # 0.00000345 exactly
+    # 12 decimals a million tokens is 18 a token: one token of this costs 1e-18, charged 1e-9.
+    tiny = Price(Decimal("0.000000000001"), Decimal(0))
+    assert (tiny.nano_cost(1, 0), tiny.nano_cost(0, 0), tiny.nano_cost(10**9, 0)) == (1, 0, 1)
+    assert tiny.nano_cost(10**9 + 1, 0) == 2
+    assert isinstance(price.nano_cost(10**12, 10**12), int)
+    assert amount(from_nano(price.nano_cost(1_234_567, 89))) == amount(price.cost(1_234_567, 89))
+
+
+def test_a_price_version_names_the_prices_not_how_they_were_written() -> None:
+    price = Price(Decimal("0.15"), Decimal("0.6"))
+    assert price.version == Price(Decimal("0.150"), Decimal("0.60")).version
+    assert price.version.startswith("USD-")
+    assert price.version != Price(Decimal("0.15"), Decimal("0.7")).version
+    assert price.version != Price(Decimal("0.6"), Decimal("0.15")).version
+    assert Price(Decimal("0.15"), Decimal("0.6"), "EUR").version.startswith("EUR-")
+
+
+def test_recorded_costs_are_summed_not_repriced() -> None:
+    prices = {"m": Price(Decimal("3"), Decimal("15"))}  # today's: not what these rows were priced at
+    then = Price(Decimal("0.15"), Decimal("0.6"))
+    recorded = {**_row("ml", "m", 3, 5), "price_version": then.version, "cost_nano": then.nano_cost(3, 5)}
+    free = {**_row("ml", "m", 7, 7), "price_version": "none", "cost_nano": 0}
+    rows = usage_report.priced([recorded, free, _row("ml", "m", 1_000_000, 0)], prices)
+    assert [(r["cost"], r["cost_source"]) for r in rows] == [
+        ("0.00000345", "recorded"),
+        (None, "recorded"),
+        ("3", "repriced"),
+    ]
+    (team,) = usage_report.group(rows, "team")
+    assert (team["cost"], team["cost_source"], team["price_version"]) == ("3.00000345", "mixed", None)
+    (only,) = usage_report.group(rows[:2], "key")
+    assert (only["cost"], only["cost_source"]) == ("0.00000345", "recorded")
 
 
 def _price_samples(metrics: Metrics) -> dict[tuple[str, str, str], float]:

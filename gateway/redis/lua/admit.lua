@@ -11,9 +11,11 @@
 -- limit, in KEYS' order:
 --   kind "g" GCRA, for requests or tokens: a = rate, b = period (s)
 --   kind "c" concurrency slots:            a = max in flight, b = lease (s)
---   kind "b" token budget:                 a = quota, b = seconds to period end
+--   kind "b" token or money budget:        a = quota, b = seconds to period end
 --   cost "1": one per request; "t": the prompt and the output; "i": the prompt alone; "o": the
---   output alone
+--   output alone; "$<p>x<w>": money, p nano-units for the prompt plus w per output token.
+-- Money is integer nano-units (gateway/pricing.py) all the way: quotas are below 2^53, and what is
+-- charged never exceeds what is left, so every sum and the quotient below are exact in a double.
 -- Returns {allowed (0/1), index of the first refusing limit (0 if none), output granted,
 --          index of the limit that bounded the grant (0 if none),
 --          then per limit: remaining, reset_after (s, string), retry_after (s, string)}.
@@ -26,7 +28,7 @@ local limits = #KEYS - 1
 -- Per limit: its kind, a, b, fixed cost p and w (1: the output counts too, 0: it does not).
 local kinds, as, bs, ps, ws = {}, {}, {}, {}, {}
 local n = 0
-for kind, a, b, cost in string.gmatch(ARGV[6], "(%a) (%S+) (%S+) (%w) ") do
+for kind, a, b, cost in string.gmatch(ARGV[6], "(%a) (%S+) (%S+) (%S+) ") do
   n = n + 1
   kinds[n], as[n], bs[n] = kind, tonumber(a), tonumber(b)
   if cost == "1" then
@@ -35,8 +37,11 @@ for kind, a, b, cost in string.gmatch(ARGV[6], "(%a) (%S+) (%S+) (%w) ") do
     ps[n], ws[n] = prompt, 1
   elseif cost == "i" then
     ps[n], ws[n] = prompt, 0
-  else
+  elseif cost == "o" then
     ps[n], ws[n] = 0, 1
+  else
+    local p, w = string.match(cost, "^%$(%d+)x(%d+)$")
+    ps[n], ws[n] = tonumber(p), tonumber(w)
   end
 end
 if n ~= limits then
@@ -65,6 +70,10 @@ for i = 1, limits do
   end
   if w == 1 and room[i] - p < granted then
     granted, bounded = math.max(0, math.floor(room[i] - p + 1e-6)), i
+  elseif w > 1 and room[i] - p < granted * w then
+    -- Money: integers, no epsilon (one token may cost less than it). The floor of an integer
+    -- quotient below 2^53 is exact.
+    granted, bounded = math.max(0, math.floor((room[i] - p) / w)), i
   end
 end
 granted = denied == 0 and granted - granted % step or 0

@@ -14,7 +14,10 @@
 --   "g" token GCRA: a = "<seconds per token>:<tokens to give back>" (negative: charge more)
 --   "c" concurrency: a = the request id to release
 --   "b" budget:      a = tokens to give back (negative: charge more)
--- In a void, tokens to give back may end in ":1": plus the output the marker says was granted.
+-- In a void, tokens to give back may end in ":1": plus the output the marker says was granted;
+-- a money budget's in ":1:<w>": plus that output times w nano-units (its price a token).
+-- ARGV[11]: what the request cost, in integer nano-units ("0": nothing, or not recorded). Handed to
+-- HINCRBY as the digits it came as, never through a Lua number (a double).
 local time = redis.call("TIME")
 local now = (tonumber(time[1]) - 1483228800) + tonumber(time[2]) / 1000000
 local kinds, values, listed = {}, {}, 5
@@ -27,8 +30,8 @@ if listed ~= #KEYS then
 end
 local granted = 0
 local function tokens(text)
-  local n, plus = string.match(text, "^([^:]+):?(.*)$")
-  return tonumber(n) + (plus == "1" and granted or 0)
+  local n, plus, w = string.match(text, "^([^:]+):?([^:]*):?(.*)$")
+  return tonumber(n) + (plus == "1" and granted * (tonumber(w) or 1) or 0)
 end
 if ARGV[9] == "1" then
   granted = tonumber(redis.call("GET", KEYS[4]))
@@ -47,6 +50,7 @@ else
   redis.call("HINCRBY", KEYS[2], prefix .. "|completion_tokens", ARGV[6])
   if ARGV[7] ~= "0" then redis.call("HINCRBY", KEYS[2], prefix .. "|errors", 1) end
   if ARGV[8] ~= "0" then redis.call("HINCRBY", KEYS[2], prefix .. "|disconnects", 1) end
+  if ARGV[11] ~= "0" then redis.call("HINCRBY", KEYS[2], prefix .. "|cost_nano", ARGV[11]) end
   redis.call("EXPIRE", KEYS[2], ARGV[2])
   redis.call("SADD", KEYS[3], ARGV[3])
   -- The key id leads the field prefix. Redis's clock, like every other time the scripts keep.
