@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import hmac
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -30,7 +31,7 @@ from starlette.types import Scope
 
 from gateway.admin.throttle import AdminThrottle
 from gateway.errors import ErrorCode, GatewayError
-from gateway.identity.bindings import BindingStore, grants
+from gateway.identity.bindings import BindingStore, RoleBinding, grants
 from gateway.identity.directory import Directory
 from gateway.identity.oidc import OidcSettings
 from gateway.identity.principal import BREAK_GLASS, Kind, Principal
@@ -80,8 +81,7 @@ class AdminAccess:
     ) -> None:
         self._admin_digest = _digest(admin_token) if admin_token else None
         self._oidc = oidc
-        self._verifier = verifier
-        self.verifier = verifier  # the console's sign-in checks ID tokens with it (console/sso.py)
+        self.verifier = verifier  # the console's sign-in checks ID tokens with it too (console/sso.py)
         self._bindings = bindings
         self._directory = directory or Directory(None)
         self._keystore = keystore
@@ -89,7 +89,7 @@ class AdminAccess:
 
     @property
     def enabled(self) -> bool:
-        return self._admin_digest is not None or self._verifier is not None
+        return self._admin_digest is not None or self.verifier is not None
 
     async def caller(self, request: Request) -> Caller:
         """The caller, or a 401/429 (no or a bad credential) or 403 (admin plane disabled)."""
@@ -103,9 +103,9 @@ class AdminAccess:
         peer = self.throttle.address(request.scope)
         if self._admin_digest is not None and hmac.compare_digest(_digest(given), self._admin_digest):
             return Caller(BREAK_GLASS, _BREAK_GLASS_PERMISSIONS, peer)
-        if self._verifier is not None and looks_like_jwt(given):
+        if self.verifier is not None and looks_like_jwt(given):
             try:
-                principal = await self._verifier.verify(given)
+                principal = await self.verifier.verify(given)
             except TokenRejected as exc:
                 log.warning(
                     "admin access token refused: peer=%s path=%s reason=%s",
@@ -145,7 +145,7 @@ class AdminAccess:
             if not self.token_fingerprint or not hmac.compare_digest(bound_to, self.token_fingerprint):
                 return None
             return Caller(BREAK_GLASS, _BREAK_GLASS_PERMISSIONS, peer)
-        if self._verifier is None or principal.kind is not Kind.PERSON:
+        if self.verifier is None or principal.kind is not Kind.PERSON:
             return None
         try:
             principal = await self.in_directory(principal)
@@ -156,9 +156,7 @@ class AdminAccess:
     async def permissions(self, principal: Principal) -> Permissions:
         assert self._oidc is not None  # only IdP principals have bindings
         bindings = await self._bindings.all()
-        teams = sorted({b.team for b in bindings if b.team is not None and b.matches(principal)})
-        infos = await asyncio.gather(*(self._keystore.team_info(t) for t in teams))
-        team_ids = {t: info.id for t, info in zip(teams, infos, strict=True) if info is not None}
+        team_ids = await bound_team_ids(self._keystore, [b for b in bindings if b.matches(principal)])
         return Permissions(grants(principal, bindings, team_ids, self._oidc.platform_admin_groups))
 
     def _wrong_admin_token(self, request: Request, peer: str, *, presented: bool) -> NoReturn:
@@ -179,6 +177,14 @@ class AdminAccess:
             "yes" if presented else "no",
         )
         raise GatewayError(ErrorCode.ADMIN_UNAUTHORIZED, "Missing or wrong admin token.")
+
+
+async def bound_team_ids(keystore: KeyStore, bindings: Iterable[RoleBinding]) -> dict[str, str]:
+    """The current id of each team the bindings name (a deleted team has none): what
+    RoleBinding.active checks a team role against."""
+    teams = sorted({b.team for b in bindings if b.team is not None})
+    infos = await asyncio.gather(*(keystore.team_info(t) for t in teams))
+    return {t: info.id for t, info in zip(teams, infos, strict=True) if info is not None}
 
 
 def require_some_role(caller: Caller, action: Action | None) -> None:

@@ -42,7 +42,7 @@ def guarded(handler: Handler, action: Action | None) -> Callable[[Request], Awai
                 caller = await deps.access.caller(request)
                 require_some_role(caller, action)
         except (RedisError, TimeoutError):
-            raise _redis_unavailable() from None
+            raise redis_unavailable() from None
         caller.attach(request.scope)
         # The body first, bounded by the client's body timeout: a slow client is not a Redis
         # outage. Handlers then read it again from memory.
@@ -52,12 +52,12 @@ def guarded(handler: Handler, action: Action | None) -> Callable[[Request], Awai
             async with asyncio.timeout(4 * deps.settings.redis_timeout_s):
                 return await handler(request, deps)
         except (RedisError, TimeoutError):
-            raise _redis_unavailable() from None
+            raise redis_unavailable() from None
 
     return endpoint
 
 
-def _redis_unavailable() -> GatewayError:
+def redis_unavailable() -> GatewayError:
     return GatewayError(ErrorCode.REDIS_UNAVAILABLE, "Redis is unavailable; try again shortly.")
 
 

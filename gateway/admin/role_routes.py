@@ -16,14 +16,13 @@ auditor's. Both changes are audited like any other.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.admin.access import Caller
+from gateway.admin.access import Caller, bound_team_ids
 from gateway.admin.audit import RequestJournal
 from gateway.admin.deps import AdminDeps
 from gateway.admin.guard import journal, json_body, json_response, route
@@ -121,10 +120,8 @@ async def list_bindings(request: Request, deps: AdminDeps) -> Response:
         for b in await deps.bindings.all()
         if (team is None or b.team == team) and (role is None or b.role is role)
     ]
-    teams = sorted({b.team for b in bindings if b.team is not None})
-    infos = await asyncio.gather(*(deps.keystore.team_info(t) for t in teams))
-    ids = {t: info.id for t, info in zip(teams, infos, strict=True) if info is not None}
-    data = [b.public(active=b.team is None or ids.get(b.team) == b.team_id) for b in bindings]
+    ids = await bound_team_ids(deps.keystore, bindings)
+    data = [b.public(active=b.active(ids)) for b in bindings]
     return json_response({"object": "list", "data": data})
 
 

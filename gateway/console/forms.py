@@ -31,17 +31,8 @@ TEAM_FIELDS = (
     "priority",
     "default_deadline_ms",
 )
-KEY_FIELDS = (
-    "rpm",
-    "tpm",
-    "max_concurrency",
-    "daily_tokens",
-    "monthly_tokens",
-    "daily_cost",
-    "monthly_cost",
-    "priority",
-    "default_deadline_ms",
-)
+# A key's are its team's but the weight: the fair queue is between teams.
+KEY_FIELDS = tuple(field for field in TEAM_FIELDS if field != "weight")
 # A model's own limits (`model_limits` in the admin API, `--model-limit` in the CLI), each sent as
 # `model_limits.<model>.<field>`: a model's name may hold dots, never after its last one.
 MODEL_FIELDS = ("rpm", "tpm", "max_concurrency")

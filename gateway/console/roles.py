@@ -4,12 +4,12 @@ bind and unbind (platform admins). The same store, checks and audit entries as t
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.admin.access import bound_team_ids
 from gateway.admin.role_routes import new_binding
 from gateway.console.web import Console, Page, redirect
 from gateway.errors import ErrorCode, GatewayError
@@ -29,11 +29,9 @@ class Roles:
 
     async def _context(self, page: Page) -> dict[str, Any]:
         bindings = await page.deps.bindings.all()
-        teams = sorted({b.team for b in bindings if b.team is not None})
-        infos = await asyncio.gather(*(page.deps.keystore.team_info(t) for t in teams))
-        ids = {t: info.id for t, info in zip(teams, infos, strict=True) if info is not None}
+        ids = await bound_team_ids(page.deps.keystore, bindings)
         return {
-            "bindings": [b.public(active=b.team is None or ids.get(b.team) == b.team_id) for b in bindings],
+            "bindings": [b.public(active=b.active(ids)) for b in bindings],
             "roles": [r.value for r in Role],
             "teams": await page.deps.keystore.list_teams(),
             "form": {},

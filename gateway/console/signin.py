@@ -21,10 +21,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from gateway.admin.deps import AdminDeps
+from gateway.admin.guard import redis_unavailable
 from gateway.console.forms import read_form
 from gateway.console.signin_audit import SignInAudit
 from gateway.console.web import BASE, Console, Page, cross_site, redirect, safe_next
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import GatewayError
 from gateway.identity.principal import BREAK_GLASS
 from gateway.observability.logs import loggable
 
@@ -91,7 +92,7 @@ class SignIn:
             except GatewayError as exc:
                 return console.error(request, exc, None)
             except RedisError:
-                return console.error(request, _redis_down(), None)
+                return console.error(request, redis_unavailable(), None)
             response = RedirectResponse(target, status_code=303)
             deps.sessions.set_cookie(response, request, cookie)
             return response
@@ -119,7 +120,3 @@ class SignIn:
         response = RedirectResponse(f"{BASE}/login", status_code=303)
         deps.sessions.clear_cookie(response, request)
         return response
-
-
-def _redis_down() -> GatewayError:
-    return GatewayError(ErrorCode.REDIS_UNAVAILABLE, "Redis is unavailable; try again shortly.")

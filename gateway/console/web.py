@@ -27,10 +27,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.admin.access import Caller, require_some_role
 from gateway.admin.audit import RequestJournal
 from gateway.admin.deps import AdminDeps
+from gateway.admin.guard import redis_unavailable
 from gateway.config import Settings
 from gateway.console.forms import Form, read_form
 from gateway.console.session import CSRF_FIELD, CSRF_HEADER, Session
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import GatewayError
 from gateway.identity.principal import describe
 from gateway.identity.roles import Action
 from gateway.redis.client import RedisClient
@@ -301,7 +302,7 @@ class Console:
             except (RedisError, TimeoutError):
                 return self.error(
                     request,
-                    GatewayError(ErrorCode.REDIS_UNAVAILABLE, "Redis is unavailable; try again shortly."),
+                    redis_unavailable(),
                     session,
                 )
 

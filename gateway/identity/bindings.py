@@ -67,6 +67,11 @@ class RoleBinding:
         # principal.email is set only when the IdP verified it, and is lower-cased.
         return principal.email is not None and self.subject.lower() == principal.email
 
+    def active(self, team_ids: Mapping[str, str]) -> bool:
+        """Whether it grants anything: a team role only while its team is the one it was made
+        for (`team_ids`: each team's current id)."""
+        return self.team is None or team_ids.get(self.team) == self.team_id
+
     def public(self, *, active: bool) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -173,9 +178,6 @@ def grants(
         for g in sorted(principal.groups & platform_admin_groups)
     ]
     for binding in bindings:
-        if not binding.matches(principal):
-            continue
-        if binding.role.per_team and (binding.team is None or team_ids.get(binding.team) != binding.team_id):
-            continue
-        out.append(Grant(binding.role, binding.team, binding.id))
+        if binding.matches(principal) and binding.active(team_ids):
+            out.append(Grant(binding.role, binding.team, binding.id))
     return out

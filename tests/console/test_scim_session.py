@@ -8,15 +8,14 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from playwright.sync_api import BrowserContext, expect
 
 from tests.conftest import Gateway, GatewayFactory
 from tests.console.test_sso import UI, _offline_only, _sign_in_with_idp
-from tests.identity.conftest import USERS, oidc_settings
-from tests.identity.idp import CONSOLE, Idp
+from tests.identity.conftest import console_replicas
+from tests.identity.idp import Idp
 from tests.scim.conftest import TOKEN, Scim, new_group, new_user, scim_of
 
 PATCH = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
@@ -32,18 +31,8 @@ class Replicas:
 
 @pytest.fixture(scope="module")
 def replicas(make_gateway_module: GatewayFactory) -> Iterator[Replicas]:
-    idp = Idp(USERS)
-    fields: dict[str, Any] = {
-        "oidc": oidc_settings(idp),
-        "oidc_client_id": CONSOLE[0],
-        "oidc_client_secret": CONSOLE[1],
-        "scim_token": TOKEN,
-    }
-    with make_gateway_module(**fields) as one, make_gateway_module(**fields) as two:
-        for gateway in (one, two):
-            idp.also_redirect_to(f"{gateway.url}{UI}/oidc/callback")
-        with idp:
-            yield Replicas(idp, one, two, scim_of(one))
+    with console_replicas(make_gateway_module, scim_token=TOKEN) as (idp, one, two):
+        yield Replicas(idp, one, two, scim_of(one))
 
 
 def test_deactivation_ends_a_console_session_on_every_replica(

@@ -12,13 +12,12 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
 from tests.conftest import Gateway, GatewayFactory
-from tests.identity.conftest import USERS, oidc_settings
+from tests.identity.conftest import USERS, console_replicas, oidc_settings
 from tests.identity.idp import CONSOLE, Idp, _Browser
 
 UI = "/admin/ui"
@@ -35,23 +34,13 @@ class Sso:
 
 @pytest.fixture(scope="module")
 def sso(make_gateway_module: GatewayFactory) -> Iterator[Sso]:
-    idp = Idp(USERS)
-    fields: dict[str, Any] = {
-        "oidc": oidc_settings(idp),
-        "oidc_client_id": CONSOLE[0],
-        "oidc_client_secret": CONSOLE[1],
-        "oidc_cli_client_id": "sluicegate-cli",
-    }
-    with make_gateway_module(**fields) as one, make_gateway_module(**fields) as two:
-        for gateway in (one, two):
-            idp.also_redirect_to(f"{gateway.url}{UI}/oidc/callback")
-        with idp:
-            red, blue = one.new_team(), one.new_team()
-            binding = one.admin.call(
-                "POST", "/admin/v1/role-bindings", {"group": "red-leads", "role": "team-admin", "team": red}
-            )
-            yield Sso(idp, one, two, red, blue)
-            one.admin.call("DELETE", f"/admin/v1/role-bindings/{binding['id']}")
+    with console_replicas(make_gateway_module, oidc_cli_client_id="sluicegate-cli") as (idp, one, two):
+        red, blue = one.new_team(), one.new_team()
+        binding = one.admin.call(
+            "POST", "/admin/v1/role-bindings", {"group": "red-leads", "role": "team-admin", "team": red}
+        )
+        yield Sso(idp, one, two, red, blue)
+        one.admin.call("DELETE", f"/admin/v1/role-bindings/{binding['id']}")
 
 
 def _offline_only(page: Page) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.identity.oidc import OidcSettings
 from tests.conftest import Gateway, GatewayFactory
-from tests.identity.idp import AUDIENCE, Idp
+from tests.identity.idp import AUDIENCE, CONSOLE, Idp
 
 # Who signs in, and the groups their IdP says they are in.
 USERS: dict[str, dict[str, Any]] = {
@@ -52,3 +52,21 @@ def tokens_only(make_gateway: GatewayFactory, idp: Idp, **oidc: Any) -> Iterator
     """A gateway with OIDC and no admin token at all."""
     with make_gateway(oidc=oidc_settings(idp, **oidc), admin_token=None) as gw:
         yield gw
+
+
+@contextlib.contextmanager
+def console_replicas(make_gateway: GatewayFactory, **settings: Any) -> Iterator[tuple[Idp, Gateway, Gateway]]:
+    """A provider of its own and two gateway replicas whose consoles sign people in with it (each
+    replica's callback registered with the provider before it starts), sharing one Redis."""
+    idp = Idp(USERS)
+    fields: dict[str, Any] = {
+        "oidc": oidc_settings(idp),
+        "oidc_client_id": CONSOLE[0],
+        "oidc_client_secret": CONSOLE[1],
+        **settings,
+    }
+    with make_gateway(**fields) as one, make_gateway(**fields) as two:
+        for gateway in (one, two):
+            idp.also_redirect_to(f"{gateway.url}/admin/ui/oidc/callback")
+        with idp:
+            yield idp, one, two
