@@ -31,6 +31,7 @@ from gateway.admin.models import admin_model_routes
 from gateway.admin.role_routes import role_routes
 from gateway.admin.routes import admin_routes
 from gateway.apis import APIS, ClientApi
+from gateway.apis.endpoint import mount
 from gateway.config import Settings
 from gateway.console.routes import console_mount
 from gateway.console.session import Sessions
@@ -197,6 +198,7 @@ def create_app(
             drain=drain,
             salts=CacheSalts(redis, settings.cache_salt_secret, timeout_s=settings.redis_timeout_s),
             hosted_tools=frozenset(tool for api in apis for tool in api.hosted_tools),
+            body_lists={dialect: api.body_lists for api in apis for dialect in api.operations},
         )
         audit = AuditLog(redis, max_entries=settings.audit_max_entries)
         admin = AdminDeps(
@@ -342,7 +344,7 @@ def create_app(
     routes = planes.place(
         client=[
             # Each client API's routes, in the order of `apis` (gateway.apis.spec: route precedence).
-            *(route for api in apis for route in api.routes()),
+            *(route for api in apis for route in mount(api)),
             Route("/v1/key/info", key_info, methods=["GET"]),
             openapi.route([api.openapi for api in apis]),
         ],
@@ -357,7 +359,7 @@ def create_app(
             Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
         both=[
-            home_route(settings.admin_port),
+            home_route(settings.admin_port, {name: path for api in apis for name, path in api.home.items()}),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
         ],
@@ -371,6 +373,8 @@ def create_app(
                 metrics=metrics,
                 drain=drain,
                 forwarding=forwarding,
+                # The client APIs' paths, and the key's own (gateway/edge/key_info.py).
+                api_paths=(*(prefix for api in apis for prefix in api.paths), "/v1/key/info"),
                 encoded_paths=tuple(prefix for api in apis for prefix in api.encoded_paths),
                 model_readers=tuple(api.model_in_path for api in apis if api.model_in_path is not None),
             ),

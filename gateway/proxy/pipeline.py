@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -47,7 +47,7 @@ from gateway.proxy.relay import STREAM_HEADERS, StreamRelay
 from gateway.proxy.remembering import Remembering
 from gateway.proxy.settlement import Settlement, Submitter
 from gateway.proxy.translation import ignored, model_rules
-from gateway.proxy.translation.bounds import BodyBounds
+from gateway.proxy.translation.bounds import BodyBounds, BodyLists
 from gateway.proxy.upstream import Upstream, UpstreamResponse
 from gateway.proxy.worker_protocols import CHAT
 from gateway.routing import share
@@ -100,13 +100,19 @@ class Pipeline:
         drain: Drain,
         salts: CacheSalts,
         hosted_tools: frozenset[str] = frozenset(),
+        body_lists: Mapping[str, BodyLists] | None = None,
     ) -> None:
-        """`hosted_tools`: the hosted tool types the client APIs declare beyond the known ones
-        (gateway.apis), metric labels of what a translation dropped."""
+        """What the client APIs declare (gateway.apis), handed down by the app: `hosted_tools`,
+        the hosted tool types, metric labels of what a translation dropped; `body_lists`, per
+        dialect name, the list fields of its bodies the item bound counts."""
         self._settings = settings
         self._bounds = BodyBounds(
             settings.max_messages, settings.max_content_parts, settings.max_tools, settings.max_body_values
         )
+        # Per dialect: the settings' bounds over its API's lists (a dialect not named: none counted).
+        self._dialect_bounds = {
+            name: replace(self._bounds, lists=lists) for name, lists in (body_lists or {}).items()
+        }
         # Whole answers held at once, across every request of this replica (a 503 past it).
         self._answers = answers = AnswerBytes(settings.max_buffered_answer_bytes)
         metrics.buffered_answer_bytes.set_function(lambda: answers.held)
@@ -193,7 +199,12 @@ class Pipeline:
                 deadline = time.monotonic() - (time.perf_counter() - ctx.started) + ms / 1000
         body = await read_body(request, self._settings.max_body_bytes, self._settings.body_timeout_s)
         call = parsing.parse(
-            dialect, body, self._router.native_models(dialect.name), ctx, request, self._bounds
+            dialect,
+            body,
+            self._router.native_models(dialect.name),
+            ctx,
+            request,
+            self._dialect_bounds.get(dialect.name, self._bounds),
         )
         requested = self._gate.model(key, call.model, ctx)
         call = model_rules.apply(call, requested.model)  # native_normalise, hosted_tools

@@ -25,7 +25,7 @@ import orjson
 from starlette.responses import Response
 
 from gateway.apis.anthropic import errors as anthropic_errors
-from gateway.apis.anthropic.request import Translated, translate
+from gateway.apis.anthropic.request import BOUNDS, Translated, translate
 from gateway.apis.anthropic.stream import AnthropicStream, stop_reason
 from gateway.apis.anthropic.think import split_whole
 from gateway.errors import GatewayError
@@ -35,7 +35,7 @@ from gateway.proxy import worker_protocols
 from gateway.proxy.dialect import ClientStream
 from gateway.proxy.translation import native
 from gateway.proxy.translation.body import chat_worker_body
-from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
+from gateway.proxy.translation.bounds import BodyBounds, check_bounds
 from gateway.proxy.translation.engine_fields import HeldElsewhere
 from gateway.proxy.translation.native import NativeCall
 from gateway.proxy.usage import InvalidUsage, parse_usage
@@ -116,7 +116,7 @@ class MessagesDialect:
     keepalive: bytes | None = b'event: ping\ndata: {"type": "ping"}\n\n'
 
     def parse(
-        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = DEFAULT_BOUNDS
+        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = BOUNDS
     ) -> MessagesCall | NativeCall:
         payload = native.for_native(raw, native_models)
         if payload is None:

@@ -29,12 +29,18 @@ from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
 from gateway.proxy.dialect import ClientStream
 from gateway.proxy.translation.body import chat_worker_body, open_body
-from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
+from gateway.proxy.translation.bounds import BodyBounds, BodyLists, check_bounds
 from gateway.proxy.translation.engine_fields import HeldElsewhere
 from gateway.proxy.worker_protocols import WorkerProtocol
 
 NAME = "gemini"
 WORKER_PATH = "/v1/chat/completions"
+# What the item bound counts (gateway.proxy.translation.bounds): the contents, each one's parts,
+# the tools, a tool of function declarations counting each of them.
+LISTS = BodyLists(
+    items=("contents",), parts=("parts",), tools=("tools",), tool_groups=("functionDeclarations",)
+)
+BOUNDS = BodyBounds(lists=LISTS)
 
 
 def response_id() -> str:
@@ -113,7 +119,7 @@ class GeminiDialect:
         return cls(model=model, streaming=streaming, sse=sse)
 
     def parse(
-        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = DEFAULT_BOUNDS
+        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = BOUNDS
     ) -> GeminiCall:
         # No worker speaks Gemini's API itself: always translated.
         payload = open_body(raw)

@@ -16,7 +16,7 @@ from gateway.apis.responses import request as req
 from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
 from gateway.proxy.translation.body import chat_worker_body, dumps, field_error, model_of, open_body
-from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
+from gateway.proxy.translation.bounds import BodyBounds, BodyLists, check_bounds
 from gateway.proxy.translation.engine_fields import HeldElsewhere
 from gateway.proxy.translation.ignored import Dropped
 from gateway.proxy.translation.tool_names import ToolNames
@@ -26,6 +26,10 @@ from gateway.proxy.worker_protocols import WorkerProtocol
 CHAT_PATH = "/v1/chat/completions"
 # Finish reasons that leave a response incomplete, and the reason the client is told.
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+# What the item bound counts (gateway.proxy.translation.bounds): the input items, each one's
+# content parts, the tools.
+LISTS = BodyLists(items=("input",), parts=("content",), tools=("tools",))
+BOUNDS = BodyBounds(lists=LISTS)
 
 
 def new_id(prefix: str) -> str:
@@ -128,7 +132,7 @@ def _echo(payload: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
     return echo
 
 
-def parse_call(raw: bytes, bounds: BodyBounds = DEFAULT_BOUNDS) -> ResponsesCall:
+def parse_call(raw: bytes, bounds: BodyBounds = BOUNDS) -> ResponsesCall:
     payload = open_body(raw)
     check_bounds(payload, bounds)
     model = model_of(payload)
