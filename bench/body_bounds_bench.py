@@ -74,7 +74,7 @@ def _once(dialect: Any, body: bytes, bounds: BodyBounds) -> tuple[float, str]:
     start = time.process_time()
     try:
         call = dialect.parse(body, (), bounds)
-        call.worker_body("m", continuous_usage=True, max_tokens=16)
+        call.worker_body("m", continuous_usage=True, max_tokens=16, cache_salt=None)
         verdict = "answered"
     except GatewayError as error:
         verdict = f"400 {error.code.value[0]}" if error.status == 400 else str(error.status)

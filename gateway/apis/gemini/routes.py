@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
+from gateway.apis import token_count
 from gateway.apis.endpoint import SideEndpoint
 from gateway.apis.gemini import errors
 from gateway.apis.gemini.dialect import NAME, GeminiDialect
@@ -31,7 +32,6 @@ from gateway.apis.spec import SideRoute
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.body import read_body
 from gateway.http.context import RequestContext
-from gateway.proxy.prompt_count import tokenize_body, worker_prompt_tokens
 from gateway.proxy.translation.body import field_error, open_body
 from gateway.proxy.translation.bounds import check_values
 from gateway.proxy.worker_errors import sanitised
@@ -40,7 +40,6 @@ from gateway.state import app_state
 
 GENERATE, STREAM, COUNT = "generateContent", "streamGenerateContent", "countTokens"
 PREFIXES = ("/v1beta/models/", "/v1/models/")
-TOKEN_COUNT_HEADER = "x-sluicegate-token-count"  # noqa: S105 (a header name, not a secret)
 MODELS_API = "models"
 _METHODS = (GENERATE, STREAM, COUNT)
 
@@ -130,23 +129,9 @@ async def _count(request: Request, ctx: RequestContext) -> Response:
         raise field_error("generateContentRequest", "must be an object")
     parsed = translate(inner if isinstance(inner, dict) else body, model)
     ctx.ignored = parsed.ignored  # named in x-sluicegate-ignored, as on generateContent
-    route = gate.model(principal.key, model, ctx)
-    counted = None
-    if route.model.tokenize:  # a worker call: under the key's request limits
-        async with gate.worker_call(principal, ctx):
-            counted = await _worker_count(request, route, parsed.chat)
-    return Response(
-        orjson.dumps({"totalTokens": parsed.prompt_estimate if counted is None else counted}),
-        media_type="application/json",
-        headers={TOKEN_COUNT_HEADER: "estimate" if counted is None else "worker"},
+    return await token_count.answer(
+        request, ctx, principal, model, parsed.chat, estimate=parsed.prompt_estimate, field="totalTokens"
     )
-
-
-async def _worker_count(request: Request, route: ModelRoute, chat: dict[str, Any]) -> int | None:
-    """The prompt's tokens by the tokenizer of a usable endpoint, chat template applied; None
-    when no endpoint can say (the estimate stands in, and says so)."""
-    upstream = app_state(request.scope)["upstream"]
-    return await worker_prompt_tokens(upstream, route, lambda pool: tokenize_body(chat, pool.wire_model))
 
 
 def _entry(name: str, route: ModelRoute) -> dict[str, Any]:
@@ -176,15 +161,7 @@ async def _listing(request: Request, ctx: RequestContext, one: str | None) -> Re
         ]
         return _json({"models": models})
     name = one.removeprefix("models/")
-    route = gate.visible(key, name)
-    if route is None:
-        # A model the key may not use is a 404 like one that does not exist.
-        raise GatewayError(
-            ErrorCode.MODEL_NOT_FOUND,
-            f"The model '{sanitised(name)}' does not exist or this key may not use it.",
-            param="model",
-        )
-    return _json(_entry(name, route))
+    return _json(_entry(name, gate.visible(key, name)))
 
 
 async def _list_models(request: Request, ctx: RequestContext) -> Response:

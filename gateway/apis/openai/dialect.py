@@ -90,12 +90,7 @@ class OpenAICall:
         return user if isinstance(user, str) else None
 
     def worker_body(
-        self,
-        wire_model: str,
-        *,
-        continuous_usage: bool,
-        max_tokens: int | None,
-        cache_salt: str | None = None,
+        self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None, cache_salt: str | None
     ) -> bytes:
         """The worker's name for the model, the output cap admission reserved (in the field the
         client used, `max_tokens` if none), the gateway's `cache_salt` in place of the client's

@@ -9,11 +9,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.apis.spec import SideRoute
-from gateway.errors import ErrorCode, GatewayError
 from gateway.http.context import RequestContext
 from gateway.keys.store import KeyRecord
 from gateway.proxy.gate import Gate
-from gateway.proxy.worker_errors import sanitised
 from gateway.state import app_state
 
 # The `api` of the model listings in metrics and the access log: a constant, like a dialect's name.
@@ -47,14 +45,7 @@ async def _retrieve_model(request: Request, ctx: RequestContext) -> Response:
     like one that does not exist: a key learns nothing about the models of other teams."""
     key, gate = await _caller(request, ctx)
     name: str = request.path_params["model"]
-    route = gate.visible(key, name)
-    if route is None:
-        raise GatewayError(
-            ErrorCode.MODEL_NOT_FOUND,
-            f"The model '{sanitised(name)}' does not exist or this key may not use it.",
-            param="model",
-        )
-    return _json(_entry(name, route.model.name))
+    return _json(_entry(name, gate.visible(key, name).model.name))
 
 
 # `{model:path}`: a model name may hold a `/` (`meta-llama/Llama-3-8B`).
