@@ -82,14 +82,21 @@ class SideRoute:
     handle: Callable[[Request, RequestContext], Awaitable[Response]]
 
 
+def _no_routes() -> list[BaseRoute]:
+    return []
+
+
 @dataclass(frozen=True, slots=True)
 class ClientApi:
+    """Only `name`, `credentials`, `openapi` and `paths` are required: an API of side routes alone
+    (no dialect, nothing through the pipeline) declares no `operations` nor `routes`."""
+
     name: str
-    operations: Mapping[str, str]
     credentials: tuple[Credential, ...]
-    routes: Callable[[], list[BaseRoute]]
     openapi: OpenApiPart
     paths: tuple[str, ...]
+    operations: Mapping[str, str] = field(default_factory=dict)
+    routes: Callable[[], list[BaseRoute]] = _no_routes
     side_routes: tuple[SideRoute, ...] = ()
     envelope: Callable[[GatewayError], Response] = openai_envelope
     answer_headers: Callable[[Scope, Send], Send] | None = None
