@@ -129,7 +129,10 @@ class S3Storage:
                     creator = get_session().create_client(
                         "s3", endpoint_url=self._endpoint, region_name=self._region, config=config
                     )
-                    self._client = await self._stack.enter_async_context(creator)
+                    try:
+                        self._client = await self._stack.enter_async_context(creator)
+                    except BotoCoreError as exc:  # a region botocore refuses, a broken config file
+                        raise _storage_error("open", exc) from None
         return self._client
 
     def _key(self, name: str) -> str:

@@ -136,6 +136,13 @@ def test_an_unreachable_store_is_a_storage_error_without_its_address() -> None:
                 await storage.stat("team/t1/x")
         finally:
             await storage.close()
+        # A client botocore will not make (a region it refuses) is a StorageError too, on first use.
+        refused = S3Storage.from_url(
+            f"s3://files-bucket/p?endpoint=http://127.0.0.1:{port}&region=bad_region!"
+        )
+        with pytest.raises(StorageError, match="s3 open: InvalidRegionError"):
+            await refused.stat("team/t1/x")
+        await refused.close()
 
     asyncio.run(case())
 
