@@ -146,6 +146,7 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         "cache_isolation",
         "engine_fields",
         "max_logprobs",
+        "engine_priority",
         *_OUTPUT_FIELDS,
     }
     _require_mapping(raw, where, allowed=allowed | _TARGET_FIELDS)
@@ -188,6 +189,7 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         cache_isolation=_cache_isolation(raw.get("cache_isolation", "team"), f"{where}.cache_isolation"),
         engine_fields=_engine_fields(raw.get("engine_fields", []), f"{where}.engine_fields"),
         max_logprobs=_max_logprobs(raw.get("max_logprobs", 5), f"{where}.max_logprobs"),
+        engine_priority=_bool(raw.get("engine_priority", False), f"{where}.engine_priority"),
     )
 
 

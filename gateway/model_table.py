@@ -148,6 +148,11 @@ class ModelConfig:
     # The most logprobs a request may ask for per token (`top_logprobs`, completions' `logprobs`,
     # `prompt_logprobs`): each is engine work and answer bytes for every token.
     max_logprobs: int = 5
+    # The workers run vLLM with `--scheduling-policy priority`: a background (batch) request's
+    # worker body then carries a positive `priority`, so interactive requests (0) overtake it in
+    # the engine's queue (gateway/proxy/translation/engine_priority.py). Off by default: vLLM
+    # refuses a non-zero priority from a server without that policy.
+    engine_priority: bool = False
 
     @property
     def wire_model(self) -> str:

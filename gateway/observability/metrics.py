@@ -272,6 +272,7 @@ class Metrics:
         )
         self._fair_share_metrics(r)
         self._deadline_metrics(r)
+        self._files_metrics(r)
         self.prefix_routing = Counter(
             "sluicegate_prefix_routing_total",
             "prefix_affinity decisions: hit (an endpoint with the longest cached prefix), miss (none "
@@ -341,6 +342,16 @@ class Metrics:
             "(the estimate deadlines are refused by; negative: it was served sooner than estimated).",
             ["pool"],
             buckets=_ESTIMATE_ERROR_BUCKETS,
+            registry=r,
+        )
+
+    def _files_metrics(self, r: CollectorRegistry) -> None:
+        """gateway/files/retention.py."""
+        self.files_expired = Counter(
+            "sluicegate_files_expired_total",
+            "Stored files (uploads, batch outputs) deleted by the retention sweep for being older than "
+            "SLUICEGATE_FILES_RETENTION_S, by store kind (directory, s3).",
+            ["store"],
             registry=r,
         )
 
