@@ -1,0 +1,135 @@
+"""The model file's `overflow` section: its shape, and each bad value refused naming its field;
+the team's and key's `overflow` choice."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gateway.errors import ConfigError, GatewayError
+from gateway.limits.spec import LimitSet, overflow_allowed, parse_limits
+from gateway.model_file import parse_model_table
+
+MODEL: dict[str, Any] = {
+    "name": "llama-70b",
+    "endpoints": [{"url": "http://10.0.0.1:8000"}],
+    "price": {"input_per_million": "0.20", "output_per_million": "0.80"},
+    "overflow": {
+        "after_ms": 3000,
+        "max_concurrency": 32,
+        "providers": [
+            {
+                "name": "cloud",
+                "url": "https://api.provider.example/v1",
+                "model": "provider-model-name",
+                "key_env": "CLOUD_API_KEY",
+                "ca_file": "/etc/ssl/provider-ca.pem",
+                "price": {"input_per_million": "3.00", "output_per_million": "15.00"},
+            }
+        ],
+    },
+}
+
+
+def _with(path: str, value: Any) -> dict[str, Any]:
+    """MODEL with the field at `path` (dots; list indexes as numbers) set, or removed when None."""
+    model = copy.deepcopy(MODEL)
+    *parents, last = path.split(".")
+    node: Any = model
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node[part]
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    return {"models": [model]}
+
+
+def test_the_issue_shape_parses() -> None:
+    overflow = parse_model_table({"models": [MODEL]}).models[0].overflow
+    assert overflow is not None
+    assert (overflow.after_ms, overflow.max_concurrency) == (3000, 32)
+    (provider,) = overflow.providers
+    assert provider.url == "https://api.provider.example/v1"
+    assert provider.model == "provider-model-name"
+    assert provider.key_env == "CLOUD_API_KEY"
+    assert provider.key_file is None
+    assert provider.ca_file == "/etc/ssl/provider-ca.pem"
+    assert provider.price.output_per_million == Decimal("15.00")
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        ("overflow.providers.0.key_env", None, "models[0].overflow.providers[0].key_env"),
+        ("overflow.providers.0.url", "http://api.provider.example/v1", "models[0].overflow.providers[0].url"),
+        ("overflow.providers.0.url", "ftp://x/v1", "models[0].overflow.providers[0].url"),
+        ("overflow.providers.0.price", None, "models[0].overflow.providers[0].price"),
+        (
+            "overflow.providers.0.price",
+            {"input_per_million": "abc", "output_per_million": "1"},
+            "models[0].overflow.providers[0].price.input_per_million",
+        ),
+        (
+            "overflow.providers.0.price",
+            {"input_per_million": "1", "output_per_million": "1", "currency": "EUR"},
+            "models[0].overflow.providers[0].price.currency",
+        ),
+        ("overflow.providers.0.name", "Cloud!", "models[0].overflow.providers[0].name"),
+        ("overflow.providers.0.verify", False, "models[0].overflow.providers[0].verify"),
+        ("overflow.max_concurrency", 0, "models[0].overflow.max_concurrency"),
+        ("overflow.after_ms", "3s", "models[0].overflow.after_ms"),
+        ("overflow.providers", [], "models[0].overflow.providers"),
+    ],
+)
+def test_bad_values_name_their_field(path: str, value: Any, field: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_model_table(_with(path, value))
+    assert str(raised.value).startswith(field + ":"), str(raised.value)
+
+
+def test_both_key_sources_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"providers\[0\]\.key_env: give exactly one"):
+        parse_model_table(_with("overflow.providers.0.key_file", "/run/secrets/key"))
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::1]"])
+def test_plain_http_only_to_loopback(host: str) -> None:
+    table = parse_model_table(_with("overflow.providers.0.url", f"http://{host}:9000/v1"))
+    assert table.models[0].overflow is not None
+
+
+def test_check_config_names_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(_with("overflow.providers.0.url", "http://api.example.com/v1")))
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "models[0].overflow.providers[0].url" in done.stderr + done.stdout
+
+
+def test_teams_allow_and_keys_deny() -> None:
+    allowed = parse_limits({"overflow": "allowed"}, budgets=True)
+    assert allowed.as_dict() == {"overflow": "allowed"}
+    assert LimitSet.from_json(allowed.to_json()).overflow == "allowed"
+    denied = parse_limits({"overflow": "denied"}, budgets=False)
+    assert overflow_allowed(allowed, LimitSet())
+    assert not overflow_allowed(allowed, denied)
+    assert not overflow_allowed(LimitSet(), LimitSet())  # denied by default
+    assert not overflow_allowed(LimitSet(), parse_limits({"overflow": "allowed"}, budgets=False))
+    assert allowed.merged(LimitSet(), {"overflow"}).overflow is None
+    with pytest.raises(GatewayError) as raised:
+        parse_limits({"overflow": "yes"}, budgets=True)
+    assert raised.value.param == "overflow"
