@@ -28,6 +28,7 @@ from gateway.observability.metrics import Metrics
 from gateway.overflow.config import OverflowConfig, ProviderConfig
 from gateway.pricing import Price
 from gateway.routing.endpoint import Endpoint
+from gateway.routing.health import ENDPOINT_FAILED
 from gateway.routing.pool import Pool
 from gateway.worker.client import WorkerClient
 
@@ -56,6 +57,7 @@ class Provider:
         self.served_by = SERVED_BY_PREFIX + config.name
         self.label = f"{model.name}/{config.name}"
         self._key = key
+        self.rng = rng
         self._clock = clock
         # The provider as a pool of one endpoint: the model's timeouts, the provider's model name,
         # none of the engine extras (`continuous_usage_stats` is vLLM's).
@@ -103,6 +105,10 @@ class Provider:
             return endpoint.inflight < self.pool.max_inflight
         return endpoint.trial_ready(self._clock())
 
+    def failed(self) -> None:
+        """Its answer turned out bad after its head (garbage, broken off): one failure on its breaker."""
+        self.pool.report(self.endpoint, ENDPOINT_FAILED, trial=False)
+
     def retry_after_s(self) -> float | None:
         return self.pool.next_chance_s()
 
@@ -137,7 +143,6 @@ class Overflow:
         self,
         table: ModelTable,
         metrics: Metrics,
-        client: WorkerClient,
         *,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -146,6 +151,7 @@ class Overflow:
         env = os.environ if environ is None else environ
         rng = rng or random.Random()
         self._models: dict[str, ModelOverflow] = {}
+        self._contexts: dict[str, ssl.SSLContext] = {}  # per provider URL with a ca_file
         for i, model in enumerate(table.models):
             overflow = model.overflow
             if overflow is None:
@@ -156,13 +162,19 @@ class Overflow:
                 key = _key(config, where, env)
                 if config.ca_file is not None:
                     try:
-                        client.trust(config.url, config.ca_file)
+                        self._contexts[config.url] = ssl.create_default_context(cafile=config.ca_file)
                     except (OSError, ssl.SSLError) as exc:
-                        raise ConfigError(f"{where}.ca_file: cannot load CA certificates: {exc}") from None
+                        why = exc.strerror or type(exc).__name__
+                        raise ConfigError(f"{where}.ca_file: cannot load CA certificates: {why}") from None
                 providers.append(Provider(model, overflow, config, key, metrics, rng, clock))
             self._models[model.name] = ModelOverflow(
                 model.name, overflow.after_ms / 1000, tuple(providers), _ceiling(model.price, providers)
             )
+
+    def attach(self, client: WorkerClient) -> None:
+        """The app's worker client verifies each provider with a `ca_file` against that alone."""
+        for url, context in self._contexts.items():
+            client.trust(url, context)
 
     def of(self, model: str) -> ModelOverflow | None:
         return self._models.get(model)

@@ -137,12 +137,10 @@ class WorkerClient:
         response.release()
         return SmallAnswer(response.status, b"".join(parts), response.headers)
 
-    def trust(self, url: str, ca_file: str) -> None:
-        """Connections to `url`'s target verify its certificate against `ca_file` (PEM) instead
-        of the default store. Verification itself is never turned off. Raises OSError or
-        ssl.SSLError when the file cannot be read as CA certificates."""
-        target = parse_target(url)
-        self._pinned[target.key] = ssl.create_default_context(cafile=ca_file)
+    def trust(self, url: str, context: ssl.SSLContext) -> None:
+        """Connections to `url`'s target use `context` (an overflow provider's own CA, made by
+        `ssl.create_default_context(cafile=...)`, which verifies) instead of the default store's."""
+        self._pinned[parse_target(url).key] = context
 
     async def aclose(self) -> None:
         """Closes every connection, and waits (a little) until their sockets are closed: a loop
