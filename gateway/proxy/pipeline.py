@@ -347,6 +347,10 @@ class Pipeline:
             deadline=admitted.deadline,
             metrics=self._metrics,
         )
+        if provider is not None:
+            # Its usage costs the provider's prices; the log, the span and the usage row say who
+            # served it (or failed to).
+            settlement.price, ctx.served_by = provider.price, provider.served_by
         # One watch for the queue, the worker's head and a whole answer's body: a client that
         # leaves during any of them frees the worker (a stream's relay watches on its own).
         watch = ClientWatch(receive, scope)
@@ -384,8 +388,7 @@ class Pipeline:
             outcome.reached_worker = True
             ctx.endpoint, ctx.served_by_model = upstream.endpoint.url, upstream.pool.model.name
             if provider is not None:
-                # Its usage costs the provider's prices; the log and the span say who served it.
-                settlement.price, ctx.served_by, ctx.endpoint = provider.price, provider.served_by, ""
+                ctx.endpoint = ""  # served_by names it
             ctx.attempts = len(outcome.attempt_failures) + 1
             response = upstream.response
             streaming = call.stream and response.status == 200 and response.is_event_stream()
