@@ -89,7 +89,7 @@ def _one_currency(models: tuple[ModelConfig, ...]) -> None:
             first = (where, price.currency)
         elif price.currency != first[1]:
             raise ConfigError(
-                f"{where}.currency: {price.currency} differs from {first[0]}'s "
+                f"{where}.price.currency: {price.currency} differs from {first[0]}'s "
                 f"{first[1]}: every price of the table is in one currency, so costs can be summed"
             )
 
@@ -98,9 +98,9 @@ def _prices(models: tuple[ModelConfig, ...]) -> Iterator[tuple[str, Price]]:
     """Every price of the table, its models' and their overflow providers', with where it is."""
     for i, model in enumerate(models):
         if model.price is not None:
-            yield f"models[{i}].price", model.price
+            yield f"models[{i}]", model.price
         for j, provider in enumerate(model.overflow.providers if model.overflow else ()):
-            yield f"models[{i}].overflow.providers[{j}].price", provider.price
+            yield f"models[{i}].overflow.providers[{j}]", provider.price
 
 
 def _require_mapping(value: Any, where: str, *, allowed: set[str]) -> None:
