@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 import openai
+import pytest
 
 from tests.conftest import GatewayFactory
 from tests.http import get
@@ -67,3 +68,21 @@ def test_a_money_budget_holds_across_pool_and_overflow(
         labels = f'outcome="served",provider="fake-model/cloud",team="{team}"'
         series = f"sluicegate_overflow_requests_total{{{labels}}}"
         assert series in metrics
+
+
+def test_a_request_that_may_overflow_reserves_at_the_higher_price(
+    make_gateway: GatewayFactory, fake_worker: str, provider: Provider
+) -> None:
+    """A budget the pool's price fits but the provider's does not: the team that allows overflow
+    is refused at admission (it might have been served at the provider's price); the one that
+    does not is served by its pool, at the pool's price."""
+    with make_gateway(overflow_table(fake_worker, provider)) as gw:
+        budget = "0.00005"  # 8 tokens of output alone cost 0.00012 at the provider, 0.0000064 here
+        allowed = gw.new_key(allowed_team(gw, daily_cost=budget))["key"]
+        denied_team = gw.new_team()
+        gw.admin.call("PATCH", f"/admin/v1/teams/{denied_team}", {"daily_cost": budget})
+        denied = gw.new_key(denied_team)["key"]
+        with pytest.raises(openai.APIStatusError) as raised:
+            chat(gw, allowed, max_tokens=8)
+        assert (raised.value.status_code, raised.value.body["code"]) == (429, "insufficient_quota")  # type: ignore[index]
+        assert chat(gw, denied, max_tokens=8).headers.get("x-sluicegate-served-by") is None

@@ -133,3 +133,16 @@ def test_teams_allow_and_keys_deny() -> None:
     with pytest.raises(GatewayError) as raised:
         parse_limits({"overflow": "yes"}, budgets=True)
     assert raised.value.param == "overflow"
+
+
+def test_the_cli_sets_a_team_and_a_key() -> None:
+    from gateway.cli.flags import limits_of
+    from gateway.cli.main import build_parser
+
+    parser = build_parser()
+    team = parser.parse_args(["teams", "update", "ml", "--overflow", "allowed"])
+    key = parser.parse_args(["keys", "update", "key_0123456789abcdef", "--overflow", "denied"])
+    assert limits_of(team)["overflow"] == "allowed"
+    assert limits_of(key)["overflow"] == "denied"
+    cleared = parser.parse_args(["teams", "update", "ml", "--clear", "overflow"])
+    assert limits_of(cleared)["clear"] == ["overflow"]
