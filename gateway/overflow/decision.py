@@ -50,7 +50,7 @@ def slot_within(pool: Pool, route: RouteRequest, within_s: float) -> bool:
 
 
 def choose(
-    overflow: ModelOverflow | None,
+    overflow: ModelOverflow,
     plan: Sequence[Pool],
     route: RouteRequest,
     *,
@@ -59,8 +59,6 @@ def choose(
     metrics: Metrics,
 ) -> Provider | None:
     """The provider that serves this request, or None when its pools should (see the module)."""
-    if overflow is None:
-        return None
     within = overflow.after_s
     left = None if deadline is None else deadline - time.monotonic()
     if left is not None:

@@ -211,7 +211,8 @@ class Pipeline:
         ignored.record(ctx, dialect.name, call.ignored, self._metrics, self._hosted_tools)
         holder = await self._holder(call.continues, principal.team_id, ctx.model)
         salt = await self._salts.scope(principal.team_id, key.id, call.client_salt)
-        overflow = self._overflow_of(call, requested.model.name, holder)
+        # Inline: no call at all on the path of a gateway without overflow (tests/perf/budget.json).
+        overflow = None if self._overflow is None else self._overflow_of(call, requested.model.name, holder)
         may_overflow = overflow is not None and overflow_allowed(team, key.limits)
         planned = self._plans.plan(
             key.team,
@@ -339,13 +340,17 @@ class Pipeline:
             block_bytes=block_bytes,
         )
         # Pools and fallbacks first; an overflow provider only when none can serve in time.
-        provider = decision.choose(
-            admitted.overflow,
-            plan,
-            route,
-            allowed=admitted.overflow_allowed,
-            deadline=admitted.deadline,
-            metrics=self._metrics,
+        provider = (
+            None
+            if admitted.overflow is None
+            else decision.choose(
+                admitted.overflow,
+                plan,
+                route,
+                allowed=admitted.overflow_allowed,
+                deadline=admitted.deadline,
+                metrics=self._metrics,
+            )
         )
         if provider is not None:
             # Its usage costs the provider's prices; the log, the span and the usage row say who

@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from tests.conftest import Gateway, GatewayFactory
+from tests.http import post
 from tests.overflow.conftest import MODEL, allowed_team, busy_pool, chat, overflow_table
 from tests.overflow.provider import Provider
 from tests.waiting import wait_until
@@ -229,3 +230,50 @@ def test_a_provider_that_never_answers_is_cut_at_the_deadline(
         assert raised.value.body["code"] == "overflow_unavailable"  # type: ignore[index]
         (row,) = [r for r in _rows(gw, team, 2) if r["served_by"] == "overflow:cloud"]
         assert (row["prompt_tokens"], row["completion_tokens"], row["errors"]) == (0, 0, 1)
+
+
+def test_a_translated_messages_request_reaches_the_provider_as_chat(
+    make_gateway: GatewayFactory, fake_worker: str, provider: Provider
+) -> None:
+    with make_gateway(overflow_table(fake_worker, provider)) as gw:
+        team = allowed_team(gw)
+        key = gw.new_key(team)
+        before = len(provider.received)
+        with busy_pool(gw, key["key"]):
+            reply = post(
+                f"{gw.url}/v1/messages",
+                {"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": "hi there"}]},
+                headers={"x-api-key": key["key"], "anthropic-version": "2023-06-01"},
+            )
+        assert reply.status == 200, reply.body
+        assert reply.headers[SERVED_BY] == "overflow:cloud"
+        assert reply.json()["type"] == "message"
+        assert reply.json()["usage"]["output_tokens"] == 8
+        (seen,) = provider.received[before:]
+        assert seen["path"] == "/v1/chat/completions"
+        assert seen["body"]["messages"] == [{"role": "user", "content": "hi there"}]
+        assert key["key"] not in json.dumps(seen)
+
+
+def test_a_client_that_leaves_mid_stream_is_metered_once(
+    make_gateway: GatewayFactory, fake_worker: str, provider: Provider
+) -> None:
+    with make_gateway(overflow_table(fake_worker, provider)) as gw:
+        team = allowed_team(gw)
+        key = gw.new_key(team)["key"]
+        provider.fake_headers = {"x-fake-hold-after": "3", "x-fake-tokens": "10"}
+        with busy_pool(gw, key):
+            stream = gw.client(key).chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "a b c"}], stream=True
+            )
+            texts = []
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    texts.append(chunk.choices[0].delta.content)
+                if len(texts) == 3:
+                    break
+            stream.close()
+            (row,) = [r for r in _rows(gw, team, 1) if r["served_by"] == "overflow:cloud"]
+        assert int(row["requests"]) == 1
+        assert row["disconnects"] == 1
+        assert row["completion_tokens"] >= 3  # never below what reached the client
