@@ -15,7 +15,8 @@ A request that may not overflow, whose plan has no usable endpoint or cannot mee
 is refused at once with 503 `overflow_not_allowed`: an overflow could have served it, and the
 client learns why it was not. One that merely waits longer than `after_ms` waits in the queue as
 it would without an overflow. When every provider is busy or its breaker open, the request goes
-on to the pools, which queue or refuse it as they always do.
+on to the pools, which queue or refuse it as they always do; when they have no usable endpoint
+either, it is a 503 `overflow_unavailable`.
 """
 
 from __future__ import annotations
@@ -81,6 +82,15 @@ def choose(
     provider = overflow.available()
     if provider is None:
         metrics.overflow_refusals.labels(overflow.model, "busy").inc()
+        if not any(pool.has_usable() for pool in plan):
+            # Nothing to wait for either: the platform's capacity failed, not the client's limit.
+            chances = [s for s in (p.retry_after_s() for p in overflow.providers) if s is not None]
+            raise GatewayError(
+                ErrorCode.OVERFLOW_UNAVAILABLE,
+                f"No worker for model '{overflow.model}' is available, and its overflow providers are "
+                "busy or failing; try again shortly.",
+                headers={"retry-after": retry_after(min(chances, default=None))},
+            )
     return provider
 
 

@@ -277,3 +277,25 @@ def test_a_client_that_leaves_mid_stream_is_metered_once(
         assert int(row["requests"]) == 1
         assert row["disconnects"] == 1
         assert row["completion_tokens"] >= 3  # never below what reached the client
+
+
+def test_an_open_breaker_and_a_down_pool_are_overflow_unavailable(
+    make_gateway: GatewayFactory, provider: Provider
+) -> None:
+    from tests.servers import free_port
+
+    health = {"probe_interval": 0.1, "failures_to_eject": 1, "ejection_base": 600, "ejection_max": 600}
+    with make_gateway(overflow_table(f"http://127.0.0.1:{free_port()}", provider, health=health)) as gw:
+        key = gw.new_key(allowed_team(gw))["key"]
+
+        def down() -> bool:
+            return '"healthy_endpoints": 0' in json.dumps(gw.admin.call("GET", "/admin/v1/models"))
+
+        wait_until(down, 10, "the dead endpoint's probe to fail")
+        provider.fake_headers = {"x-fake-status": "503"}
+        before = len(provider.received)
+        for _ in range(2):
+            with pytest.raises(openai.APIStatusError) as raised:
+                chat(gw, key)
+            assert raised.value.body["code"] == "overflow_unavailable"  # type: ignore[index]
+        assert len(provider.received) - before == 1  # the second found its breaker open
