@@ -146,3 +146,36 @@ def test_the_cli_sets_a_team_and_a_key() -> None:
     assert limits_of(key)["overflow"] == "denied"
     cleared = parser.parse_args(["teams", "update", "ml", "--clear", "overflow"])
     assert limits_of(cleared)["clear"] == ["overflow"]
+
+
+def test_a_key_or_ca_that_cannot_be_read_stops_the_start(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from gateway.observability.metrics import Metrics
+    from gateway.overflow.providers import Overflow
+
+    table = parse_model_table({"models": [MODEL]})
+    with pytest.raises(
+        ConfigError, match=r"^models\[0\]\.overflow\.providers\[0\]\.key_env: .*CLOUD_API_KEY"
+    ):
+        Overflow(table, Metrics(CollectorRegistry()), environ={})
+    with pytest.raises(ConfigError, match=r"^models\[0\]\.overflow\.providers\[0\]\.ca_file: "):
+        Overflow(table, Metrics(CollectorRegistry()), environ={"CLOUD_API_KEY": "sk-x"})
+    empty = tmp_path / "key"
+    empty.write_text("\n")
+    raw = _with("overflow.providers.0.key_env", None)
+    raw["models"][0]["overflow"]["providers"][0]["key_file"] = str(empty)
+    del raw["models"][0]["overflow"]["providers"][0]["ca_file"]
+    with pytest.raises(ConfigError, match=r"providers\[0\]\.key_file: the file is empty"):
+        Overflow(parse_model_table(raw), Metrics(CollectorRegistry()), environ={})
+    empty.write_text("sk-secret-value\n")
+    overflow = Overflow(parse_model_table(raw), Metrics(CollectorRegistry()), environ={}).of("llama-70b")
+    assert overflow is not None
+    (provider,) = overflow.providers
+    assert provider.headers()["authorization"] == "Bearer sk-secret-value"
+    assert "sk-secret-value" not in repr(provider)
+    # Admission's ceiling: the higher of the model's and the provider's prices, per token kind.
+    assert (overflow.ceiling.input_per_million, overflow.ceiling.output_per_million) == (
+        Decimal("3.00"),
+        Decimal("15.00"),
+    )
