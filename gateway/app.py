@@ -56,6 +56,8 @@ from gateway.metering.spool import Spool
 from gateway.model_table import ModelTable
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import Tracing
+from gateway.overflow.call import OverflowCall
+from gateway.overflow.providers import Overflow
 from gateway.proxy.cache_salt import CacheSalts
 from gateway.proxy.forwarding import Forwarding
 from gateway.proxy.gate import Gate
@@ -139,6 +141,8 @@ def create_app(
     drain = drain or Drain()
     metrics = Metrics(registry)
     router = Router(table, metrics, rng=rng, prefix_index_blocks=settings.prefix_index_blocks)
+    # The models' external providers: a key that cannot be read stops the start here.
+    overflow = Overflow(table, metrics, rng=rng)
     # Every API's credential places, each taken on every client route; and never forwarded.
     credentials = tuple(dict.fromkeys(c for api in apis for c in api.credentials))
     forwarding = Forwarding(
@@ -168,6 +172,7 @@ def create_app(
         # A failed call opens it for one Redis timeout: then one request probes again.
         breaker = RedisBreaker(cool_down_s=settings.redis_timeout_s)
         upstream = Upstream(workers, router, metrics)
+        overflow.attach(workers)
         auth = Authenticator(
             keystore,
             breaker,
@@ -199,6 +204,7 @@ def create_app(
             salts=CacheSalts(redis, settings.cache_salt_secret, timeout_s=settings.redis_timeout_s),
             hosted_tools=frozenset(tool for api in apis for tool in api.hosted_tools),
             body_lists={dialect: api.body_lists for api in apis for dialect in api.operations},
+            overflow=(overflow, OverflowCall(workers, metrics)) if overflow else None,
         )
         audit = AuditLog(redis, max_entries=settings.audit_max_entries)
         admin = AdminDeps(

@@ -36,7 +36,7 @@ _ACCESS_TEXT = (
     "request_id=%(request_id)s client_request_id=%(client_request_id)s api=%(api)s method=%(method)s "
     "path=%(path)s status=%(status)d duration_ms=%(duration_ms).1f model=%(model)s team=%(team)s "
     "key_id=%(key_id)s prompt_tokens=%(prompt_tokens)d completion_tokens=%(completion_tokens)d "
-    "outcome=%(outcome)s endpoint=%(endpoint)s requested_model=%(requested_model)s "
+    "outcome=%(outcome)s endpoint=%(endpoint)s served_by=%(served_by)s requested_model=%(requested_model)s "
     "error=%(error)s param=%(param)s session=%(session)s user_agent=%(user_agent)s"
 )
 _MAX_CLIENT_TEXT = 256
@@ -185,6 +185,7 @@ class RequestContextMiddleware:
             team=loggable(ctx.team) if ctx.team else None,
             key_id=loggable(ctx.key_id) if ctx.key_id else None,
             endpoint=ctx.endpoint or None,
+            served_by=ctx.served_by or None,
             attempts=ctx.attempts,
             ttft_ms=None if ctx.ttft_ms is None else round(ctx.ttft_ms, 1),
             duration_ms=round(elapsed * 1000, 1),

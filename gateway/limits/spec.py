@@ -37,9 +37,13 @@ _KEY_BUDGET_FIELDS = ("daily_tokens", "monthly_tokens")
 COST_FIELDS = ("daily_cost", "monthly_cost")
 _COST_DECIMALS = 9  # a nano-unit
 # Teams and keys, not per model; each with a range of its own (checked by _priority, _deadline).
-_SHARE_FIELDS = ("priority", "default_deadline_ms")
+_SHARE_FIELDS = ("priority", "default_deadline_ms", "overflow")
 PRIORITY_RANGE = (1, 9)
 _DECIMAL_RE = re.compile(r"[0-9]{1,16}(\.[0-9]+)?")  # no sign, no exponent: "12", "0.5", "12.50"
+# Whether requests may go to a model's external overflow providers (docs/overflow.md): a team
+# allows it, a key may deny it for itself; absent, denied.
+OVERFLOW_ALLOWED, OVERFLOW_DENIED = "allowed", "denied"
+OVERFLOW_CHOICES = (OVERFLOW_ALLOWED, OVERFLOW_DENIED)
 MAX_DEADLINE_MS = 86_400_000  # a day: more is a mistake, not a deadline (gateway/routing/deadline.py)
 
 
@@ -60,6 +64,9 @@ class LimitSet:
     # Teams and keys (not per model): the deadline for the first token of a request that sends
     # none (x-sluicegate-deadline-ms); a key's overrides its team's (gateway/routing/deadline.py).
     default_deadline_ms: int | None = None
+    # Teams and keys (not per model): "allowed" or "denied"; a team's default is denied, and a
+    # key's "denied" refuses it for that key whatever its team says (gateway/overflow/).
+    overflow: str | None = None
     per_model: Mapping[str, LimitSet] = field(default_factory=dict)
 
     @property
@@ -164,6 +171,18 @@ def _deadline(value: Any) -> int:
     return value
 
 
+def _overflow(value: Any) -> str:
+    if value not in OVERFLOW_CHOICES:
+        why = f"'overflow' must be one of {', '.join(OVERFLOW_CHOICES)}."
+        raise GatewayError(ErrorCode.INVALID_REQUEST, why, param="overflow")
+    return str(value)
+
+
+def overflow_allowed(team: LimitSet, key: LimitSet) -> bool:
+    """Whether a request of this key may be served by an overflow provider."""
+    return team.overflow == OVERFLOW_ALLOWED and key.overflow != OVERFLOW_DENIED
+
+
 def parse_limits(body: Mapping[str, Any], *, budgets: bool, where: str = "") -> LimitSet:
     """The limit fields of an admin request body (unknown fields are the caller's business):
     `budgets` for a team's (budgets and weight); otherwise a key's (budgets), or with `where` a
@@ -181,6 +200,8 @@ def parse_limits(body: Mapping[str, Any], *, budgets: bool, where: str = "") -> 
         values["priority"] = _priority(body["priority"])
     if not where and body.get("default_deadline_ms") is not None:
         values["default_deadline_ms"] = _deadline(body["default_deadline_ms"])
+    if not where and body.get("overflow") is not None:
+        values["overflow"] = _overflow(body["overflow"])
     counts = body.get("tpm_counts", "total")
     if counts not in TOKEN_COUNTS:
         raise GatewayError(
