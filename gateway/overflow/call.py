@@ -142,7 +142,9 @@ class OverflowCall:
         self._metrics.overflow_requests.labels(provider.label, team, "unavailable").inc()
         log.warning("overflow provider failed provider=%s reason=%s", provider.label, why)
         seconds = provider.retry_after_s()
-        if wait is not None and wait.strip().isdigit() and len(wait.strip()) <= 6:
+        wait = None if wait is None else wait.strip()
+        # ASCII first: `²` (latin-1 0xb2) is a digit to isdigit() and not to int().
+        if wait is not None and wait.isascii() and wait.isdigit() and len(wait) <= 6:
             seconds = max(seconds or 0.0, float(min(int(wait), _MAX_RETRY_AFTER_S)))
         return GatewayError(
             ErrorCode.OVERFLOW_UNAVAILABLE,

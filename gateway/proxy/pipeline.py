@@ -38,6 +38,7 @@ from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
 from gateway.overflow import decision
 from gateway.overflow.call import CHAT_PATH, SERVED_BY_HEADER, OverflowCall, provider_body
+from gateway.overflow.contract import PROVIDER_CHAT
 from gateway.overflow.providers import ModelOverflow, Overflow
 from gateway.proxy import parsing, whole_answer
 from gateway.proxy.answer_bytes import AnswerBytes
@@ -460,7 +461,8 @@ class Pipeline:
                 stream_deadline=loop.time() + model.timeouts.stream_total,
                 max_event_bytes=self._settings.max_event_bytes,
                 abort_client=client_abort(scope),
-                protocol=call.protocol,
+                # A provider's error words stay with it; its usage never below what was relayed.
+                protocol=call.protocol if provider is None else PROVIDER_CHAT,
                 remember=remember,
                 keepalive=dialect.keepalive,
                 ping_interval_s=self._settings.stream_ping_interval_s,

@@ -1,0 +1,106 @@
+"""A hostile provider's answers that the fake worker would never give (the provider's `canned`
+answer): what the client gets, and what the team is billed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.conftest import Gateway, GatewayFactory
+from tests.http import post, sse_data
+from tests.overflow.conftest import MODEL, allowed_team, busy_pool, overflow_table
+from tests.overflow.provider import PROVIDER_MODEL, Provider
+from tests.waiting import wait_until
+
+_EVENT_STREAM = [(b"content-type", b"text/event-stream")]
+
+
+def _chunk(**fields: Any) -> bytes:
+    body = {"id": "c1", "object": "chat.completion.chunk", "model": PROVIDER_MODEL, **fields}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _delta(text: str) -> bytes:
+    return _chunk(choices=[{"index": 0, "delta": {"content": text}, "finish_reason": None}])
+
+
+def _overflow_row(gw: Gateway, team: str) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+
+    def metered() -> bool:
+        rows[:] = [r for r in gw.usage(team) if r["served_by"] == "overflow:cloud"]
+        return bool(rows)
+
+    wait_until(metered, 10, "the overflow request to be metered")
+    (row,) = rows
+    return row
+
+
+def _stream(gw: Gateway, key: str) -> Any:
+    return post(
+        f"{gw.url}/v1/chat/completions",
+        {"model": MODEL, "messages": [{"role": "user", "content": "a b c"}], "stream": True},
+        key=key,
+    )
+
+
+def test_a_retry_after_in_other_digits_is_still_a_503(
+    make_gateway: GatewayFactory, fake_worker: str, provider: Provider
+) -> None:
+    """`²` is a digit to str.isdigit and not to int(): a provider's 429 with it was a 500."""
+    provider.canned = (429, [(b"content-type", b"application/json"), (b"retry-after", b"\xb2")], b"{}")
+    with make_gateway(overflow_table(fake_worker, provider)) as gw:
+        key = gw.new_key(allowed_team(gw))["key"]
+        with busy_pool(gw, key):
+            reply = post(
+                f"{gw.url}/v1/chat/completions",
+                {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
+                key=key,
+            )
+        assert reply.status == 503, reply.body
+        assert reply.json()["error"]["code"] == "overflow_unavailable"
+        assert reply.headers["retry-after"].isascii()
+        assert reply.headers["retry-after"].isdigit()
+
+
+def test_a_providers_mid_stream_error_keeps_its_words(
+    make_gateway: GatewayFactory, fake_worker: str, provider: Provider
+) -> None:
+    """A provider's error event names its organisation and quota: the client learns only that
+    the provider failed."""
+    words = "Rate limit reached for organization org-S3cretOrg42 on tokens per min (TPM): Limit 30000"
+    error = b"data: " + json.dumps({"error": {"message": words, "code": "rate_limit_exceeded"}}).encode()
+    provider.canned = (200, _EVENT_STREAM, _delta("tok0 ") + error + b"\n\n")
+    with make_gateway(overflow_table(fake_worker, provider)) as gw:
+        team = allowed_team(gw)
+        key = gw.new_key(team)["key"]
+        with busy_pool(gw, key):
+            reply = _stream(gw, key)
+        assert reply.status == 200
+        assert reply.headers["x-sluicegate-served-by"] == "overflow:cloud"
+        events = sse_data(reply.body)
+        assert b"tok0" in events[0]
+        assert b"org-S3cretOrg42" not in reply.body
+        assert b"Rate limit reached" not in reply.body
+        assert any(b'"error"' in event for event in events)  # it is still told the stream failed
+        assert _overflow_row(gw, team)["errors"] == 1
+
+
+def test_a_stream_is_never_billed_below_what_was_relayed(
+    make_gateway: GatewayFactory, fake_worker: str, provider: Provider
+) -> None:
+    """A provider whose final usage says 0 output tokens after five were relayed is billed five."""
+    deltas = b"".join(_delta(f"tok{i} ") for i in range(5))
+    stop = _chunk(choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}])
+    usage = _chunk(choices=[], usage={"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0})
+    provider.canned = (200, _EVENT_STREAM, deltas + stop + usage + b"data: [DONE]\n\n")
+    with make_gateway(overflow_table(fake_worker, provider)) as gw:
+        team = allowed_team(gw)
+        key = gw.new_key(team)["key"]
+        with busy_pool(gw, key):
+            reply = _stream(gw, key)
+        assert reply.status == 200
+        assert sum(b"tok" in event for event in sse_data(reply.body)) == 5
+        row = _overflow_row(gw, team)
+        assert row["completion_tokens"] >= 5
+        assert row["errors"] == 1  # a report below what was relayed is not believed
