@@ -67,6 +67,8 @@ class Provider:
     fake_headers: dict[str, str] = field(default_factory=dict)
     refused_keys: int = 0
     canned: tuple[int, list[tuple[bytes, bytes]], bytes] | None = None
+    inflight: int = 0  # requests it is answering now, and the most at once
+    peak: int = 0
 
 
 class _Recording:
@@ -126,7 +128,12 @@ class _Recording:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await self.worker(forwarded, replay, send)
+        p.inflight += 1
+        p.peak = max(p.peak, p.inflight)
+        try:
+            await self.worker(forwarded, replay, send)
+        finally:
+            p.inflight -= 1
 
 
 async def _raw(

@@ -4,7 +4,10 @@ answer): what the client gets, and what the team is billed."""
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
+
+import openai
 
 from tests.conftest import Gateway, GatewayFactory
 from tests.http import post, sse_data
@@ -104,3 +107,45 @@ def test_a_stream_is_never_billed_below_what_was_relayed(
         row = _overflow_row(gw, team)
         assert row["completion_tokens"] >= 5
         assert row["errors"] == 1  # a report below what was relayed is not believed
+
+
+def test_a_burst_never_holds_more_than_max_concurrency_at_the_provider(
+    make_gateway: GatewayFactory, fake_worker: str, provider: Provider
+) -> None:
+    """Twelve requests at once while the pool is full and the provider holds every stream it
+    takes: the provider sees two at most (its max_concurrency), the rest are the pool's to refuse."""
+    provider.fake_headers = {"x-fake-hold-after": "1"}
+    table = overflow_table(
+        fake_worker, provider, max_concurrency=2, routing={"max_queue": 1, "max_queue_wait": 0.5}
+    )
+    with make_gateway(table) as gw:
+        key = gw.new_key(allowed_team(gw))["key"]
+        before = len(provider.received)
+        held: list[Any] = []
+        refused: list[int] = []
+
+        def one() -> None:
+            try:
+                stream = gw.client(key).chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "x"}], stream=True
+                )
+            except openai.APIStatusError as exc:
+                refused.append(exc.status_code)
+                return
+            next(iter(stream))  # the provider is answering it, and holds it until it is closed
+            held.append(stream)
+
+        with busy_pool(gw, key):
+            threads = [threading.Thread(target=one) for _ in range(12)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            try:
+                assert len(held) == 2
+                assert refused == [503] * 10
+                assert provider.peak == 2
+                assert len(provider.received) - before == 2
+            finally:
+                for stream in held:
+                    stream.close()
