@@ -149,3 +149,23 @@ def test_a_burst_never_holds_more_than_max_concurrency_at_the_provider(
             finally:
                 for stream in held:
                     stream.close()
+
+
+def test_a_providers_error_object_in_a_200_keeps_its_words(
+    make_gateway: GatewayFactory, fake_worker: str, provider: Provider
+) -> None:
+    """Some providers answer an error with a 200: its words are no answer to relay."""
+    words = {"error": {"message": "Quota exceeded for project proj-S3cret99 of org-S3cretOrg42"}}
+    provider.canned = (200, [(b"content-type", b"application/json")], json.dumps(words).encode())
+    with make_gateway(overflow_table(fake_worker, provider)) as gw:
+        team = allowed_team(gw)
+        key = gw.new_key(team)["key"]
+        with busy_pool(gw, key):
+            reply = post(
+                f"{gw.url}/v1/chat/completions",
+                {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
+                key=key,
+            )
+        assert b"S3cret" not in reply.body, reply.body
+        assert reply.status == 502
+        assert _overflow_row(gw, team)["errors"] == 1
