@@ -118,9 +118,10 @@ class OverflowCall:
             status = response.status
             if status == 200:
                 handed_over = True
+                # No verdict yet: a stream's comes with its first event (the relay), a whole
+                # answer's once its body is checked (the pipeline: Provider.served or failed). A
+                # success at the head would reset the failures in a row that a 200 of garbage adds.
                 upstream = UpstreamResponse(pool, endpoint, response, trial, team=team, taken_at=taken_at)
-                if not (stream and response.is_event_stream()):
-                    upstream.report(SERVED)  # a stream's verdict waits for its first event
                 self._metrics.overflow_requests.labels(provider.label, team, "served").inc()
                 return upstream
             wait = response.headers.get("retry-after")

@@ -432,8 +432,8 @@ class Pipeline:
             if outcome.reached_worker:  # the answer broke off or timed out while being read
                 timed_out = error.code is ErrorCode.UPSTREAM_TIMEOUT
                 outcome.error_reason = Failure.ANSWER_TIMEOUT if timed_out else Failure.ANSWER_BROKEN
-                if provider is not None:
-                    provider.failed()
+                if provider is not None and error.code is not ErrorCode.SERVER_BUSY:
+                    provider.failed(trial=upstream.trial)  # not this replica's own memory bound
             raise
         finally:
             await watch.close()
@@ -491,8 +491,10 @@ class Pipeline:
             )
         except GatewayError:
             if provider is not None:
-                provider.failed()  # a 200 that is no JSON object: garbage counts on its breaker
+                provider.failed(trial=upstream.trial)  # a 200 that is no answer: on its breaker
             raise
+        if provider is not None:
+            provider.served(trial=upstream.trial)
 
     def _remembering(
         self, team_id: str, upstream: UpstreamResponse, settlement: Settlement, answer_name: str

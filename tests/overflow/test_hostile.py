@@ -8,10 +8,11 @@ import threading
 from typing import Any
 
 import openai
+import pytest
 
 from tests.conftest import Gateway, GatewayFactory
 from tests.http import post, sse_data
-from tests.overflow.conftest import MODEL, allowed_team, busy_pool, overflow_table
+from tests.overflow.conftest import MODEL, allowed_team, busy_pool, chat, overflow_table
 from tests.overflow.provider import PROVIDER_MODEL, Provider
 from tests.waiting import wait_until
 
@@ -169,3 +170,25 @@ def test_a_providers_error_object_in_a_200_keeps_its_words(
         assert b"S3cret" not in reply.body, reply.body
         assert reply.status == 502
         assert _overflow_row(gw, team)["errors"] == 1
+
+
+def test_a_provider_answering_garbage_with_200s_opens_its_breaker(
+    make_gateway: GatewayFactory, fake_worker: str, provider: Provider
+) -> None:
+    """Its head is a 200, its body no answer: each one a failure in a row, not a success at the
+    head and a failure after it (which never added up to `failures_to_eject`)."""
+    health = {"failures_to_eject": 2, "ejection_base": 600, "ejection_max": 600}
+    with make_gateway(overflow_table(fake_worker, provider, health=health)) as gw:
+        key = gw.new_key(allowed_team(gw))["key"]
+        provider.mode = "garbage"
+        before = len(provider.received)
+        with busy_pool(gw, key):
+            for _ in range(2):
+                with pytest.raises(openai.APIStatusError) as raised:
+                    chat(gw, key)
+                assert raised.value.status_code == 502
+            # Its breaker is open: the next request waits for the pool, and its deadline refuses it.
+            with pytest.raises(openai.APIStatusError) as raised:
+                chat(gw, key, extra_headers={"x-sluicegate-deadline-ms": "200"})
+            assert raised.value.body["code"] == "deadline_unreachable"  # type: ignore[index]
+        assert len(provider.received) - before == 2
