@@ -77,6 +77,18 @@ def provider_body(worker_body: bytes, model: str, *, stream: bool) -> bytes:
     return orjson.dumps(body)
 
 
+class ProviderResponse(UpstreamResponse):
+    """A provider's answer, judged at its end rather than at its first output as a worker's is
+    (the pipeline reports it: Provider.served or failed): a provider that breaks every stream
+    after one token would otherwise be a success each time, and its breaker never open."""
+
+    __slots__ = ()
+
+    def served(self) -> None:
+        if self.deadline is not None:
+            self.first_output()
+
+
 class OverflowCall:
     def __init__(self, client: WorkerClient, metrics: Metrics) -> None:
         self._client = client
@@ -118,10 +130,10 @@ class OverflowCall:
             status = response.status
             if status == 200:
                 handed_over = True
-                # No verdict yet: a stream's comes with its first event (the relay), a whole
-                # answer's once its body is checked (the pipeline: Provider.served or failed). A
-                # success at the head would reset the failures in a row that a 200 of garbage adds.
-                upstream = UpstreamResponse(pool, endpoint, response, trial, team=team, taken_at=taken_at)
+                # No verdict yet: it comes once the answer is read whole, or the stream ended
+                # (ProviderResponse). A success at the head or the first token would reset the
+                # failures in a row that 200s of garbage or broken streams add.
+                upstream = ProviderResponse(pool, endpoint, response, trial, team=team, taken_at=taken_at)
                 self._metrics.overflow_requests.labels(provider.label, team, "served").inc()
                 return upstream
             wait = response.headers.get("retry-after")

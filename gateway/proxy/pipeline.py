@@ -470,6 +470,8 @@ class Pipeline:
                 write_stall_s=self._settings.client_write_stall_s,
             )
             await relay.run(receive, send, scope)
+            if provider is not None and outcome.error_reason is None and not outcome.disconnected:
+                provider.served(trial=upstream.trial)  # a failure the relay reported itself
             if remember is not None:
                 await remember.resize()  # the worker's final count, once the client has the end
             return

@@ -192,3 +192,26 @@ def test_a_provider_answering_garbage_with_200s_opens_its_breaker(
                 chat(gw, key, extra_headers={"x-sluicegate-deadline-ms": "200"})
             assert raised.value.body["code"] == "deadline_unreachable"  # type: ignore[index]
         assert len(provider.received) - before == 2
+
+
+def test_a_provider_breaking_every_stream_after_its_first_token_opens_its_breaker(
+    make_gateway: GatewayFactory, fake_worker: str, provider: Provider
+) -> None:
+    """A stream is judged at its end: a first token then a broken connection is a failure, not
+    a success at the first token (which reset the run each time)."""
+    health = {"failures_to_eject": 2, "ejection_base": 600, "ejection_max": 600}
+    with make_gateway(overflow_table(fake_worker, provider, health=health)) as gw:
+        key = gw.new_key(allowed_team(gw))["key"]
+        provider.fake_headers = {"x-fake-fail-after": "1"}
+        before = len(provider.received)
+        with busy_pool(gw, key):
+            for _ in range(2):
+                reply = _stream(gw, key)
+                assert reply.status == 200
+                events = sse_data(reply.body)
+                assert any(b"tok0" in event for event in events)
+                assert any(b'"error"' in event for event in events)
+            with pytest.raises(openai.APIStatusError) as raised:
+                chat(gw, key, extra_headers={"x-sluicegate-deadline-ms": "200"})
+            assert raised.value.body["code"] == "deadline_unreachable"  # type: ignore[index]
+        assert len(provider.received) - before == 2
