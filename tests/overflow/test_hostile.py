@@ -215,3 +215,20 @@ def test_a_provider_breaking_every_stream_after_its_first_token_opens_its_breake
                 chat(gw, key, extra_headers={"x-sluicegate-deadline-ms": "200"})
             assert raised.value.body["code"] == "deadline_unreachable"  # type: ignore[index]
         assert len(provider.received) - before == 2
+
+
+def test_a_stream_cut_before_its_usage_is_billed_what_was_relayed(
+    make_gateway: GatewayFactory, fake_worker: str, provider: Provider
+) -> None:
+    deltas = b"".join(_delta(f"tok{i} ") for i in range(4))
+    provider.canned = (200, _EVENT_STREAM, deltas)  # then the connection ends: no usage, no [DONE]
+    with make_gateway(overflow_table(fake_worker, provider)) as gw:
+        team = allowed_team(gw)
+        key = gw.new_key(team)["key"]
+        with busy_pool(gw, key):
+            reply = _stream(gw, key)
+        assert sum(b"tok" in event for event in sse_data(reply.body)) == 4
+        row = _overflow_row(gw, team)
+        assert row["completion_tokens"] >= 4
+        assert row["errors"] == 1
+        assert int(row["requests"]) == 1
