@@ -165,6 +165,15 @@ class GatewayError(Exception):
         return Response(self.body(), status_code=self.status, headers=headers, media_type="application/json")
 
 
+class StoreUnavailable(GatewayError):
+    """A store (gateway/redis/store.py) could not answer: its backend down, slow or refusing.
+    `reason` names the failure by its class only, for logs (never its text: it may quote keys)."""
+
+    def __init__(self, reason: str, message: str = "Redis is unavailable; try again shortly.") -> None:
+        super().__init__(ErrorCode.REDIS_UNAVAILABLE, message)
+        self.reason = reason
+
+
 # OpenAI's error types by status, for a worker's refusal.
 _TYPES_BY_STATUS = {
     400: "invalid_request_error",
