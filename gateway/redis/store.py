@@ -11,7 +11,9 @@ What every store shares is here, once: a failure of Redis (a redis-py error, a s
 store's own time bound) becomes `StoreUnavailable`, the domain error (503 `redis_unavailable`),
 and, for the stores on the request path, the app's breaker (gateway/redis/breaker.py) learns of
 it; an answer resets the breaker's count. `__init_subclass__` wraps each public coroutine method a
-store defines, so no method can let a redis-py error through. Errors are named by their class
+store defines, so no method can let a redis-py error through; a hot-path method that counts its
+calls (admission, settlement: tests/perf/budget.json) maps its own with `unavailable` instead
+(`@maps_itself`), the same mapping without the wrapper's call. Errors are named by their class
 only (a Redis error's text may quote a command's arguments: key names, a team's id).
 """
 
@@ -21,7 +23,7 @@ import functools
 import inspect
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
@@ -32,6 +34,13 @@ from gateway.redis.client import RedisClient
 # What "Redis could not answer" is, to every store: redis-py's errors (ClusterUnavailableError
 # among them), a socket's, and a store's own time bound.
 FAILURES = (RedisError, OSError, TimeoutError)
+_Method = TypeVar("_Method", bound=Callable[..., Coroutine[Any, Any, Any]])
+
+
+def maps_itself(method: _Method) -> _Method:
+    """Marks a store method that catches FAILURES itself and raises `self.unavailable(...)`."""
+    method.__maps_itself__ = True  # type: ignore[attr-defined]
+    return method
 
 
 class RedisStore:
@@ -42,17 +51,25 @@ class RedisStore:
         # Public for the subclasses in other modules; nothing outside a store reads it
         # (tests/seams/test_stores.py).
         self.redis = redis
-        self._breaker = breaker
+        self.breaker = breaker
 
     @property
     def available(self) -> bool:
         """False while the breaker is open: a call moments ago failed."""
-        return self._breaker is None or not self._breaker.open
+        return self.breaker is None or not self.breaker.open
+
+    def unavailable(self, site: str, error: BaseException, started: float) -> StoreUnavailable:
+        """The domain error for a call made at `started` (time.monotonic()) that failed with
+        `error`, the breaker told."""
+        if self.breaker is not None:
+            self.breaker.failed(site, error, started)
+        return StoreUnavailable(type(error).__name__)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         for name, value in list(vars(cls).items()):
-            if not name.startswith("_") and inspect.iscoroutinefunction(value):
+            maps = getattr(value, "__maps_itself__", False)
+            if not name.startswith("_") and inspect.iscoroutinefunction(value) and not maps:
                 setattr(cls, name, _mapped(value, f"{cls.__name__}.{name}"))
 
 
@@ -61,14 +78,12 @@ def _mapped(
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     @functools.wraps(method)
     async def call(self: RedisStore, *args: Any, **kwargs: Any) -> Any:
-        breaker = self._breaker
+        breaker = self.breaker
         started = time.monotonic() if breaker is not None else 0.0
         try:
             result = await method(self, *args, **kwargs)
         except FAILURES as exc:
-            if breaker is not None:
-                breaker.failed(site, exc, started)
-            raise StoreUnavailable(type(exc).__name__) from None
+            raise self.unavailable(site, exc, started) from None
         if breaker is not None and breaker.in_a_row:  # 0 nearly always: a call saved
             breaker.answered()
         return result

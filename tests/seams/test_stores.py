@@ -52,14 +52,18 @@ def redis_uses(source: str, shown: str) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name == "redis" or alias.name.startswith("redis."):
-                    found.append(f"{shown}:{node.lineno}: import {alias.name}")
-                elif alias.name.startswith(_CLIENT_MODULES) and not client_allowed:
+                if (
+                    alias.name == "redis"
+                    or alias.name.startswith("redis.")
+                    or (alias.name.startswith(_CLIENT_MODULES) and not client_allowed)
+                ):
                     found.append(f"{shown}:{node.lineno}: import {alias.name}")
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
-            if node.module == "redis" or node.module.startswith("redis."):
-                found.append(f"{shown}:{node.lineno}: from {node.module} import ...")
-            elif node.module.startswith(_CLIENT_MODULES) and not client_allowed:
+            if (
+                node.module == "redis"
+                or node.module.startswith("redis.")
+                or (node.module.startswith(_CLIENT_MODULES) and not client_allowed)
+            ):
                 found.append(f"{shown}:{node.lineno}: from {node.module} import ...")
         elif isinstance(node, ast.Name) and node.id == "RedisError":
             found.append(f"{shown}:{node.lineno}: RedisError")
@@ -97,7 +101,8 @@ def test_the_scan_finds_each_kind_of_use() -> None:
         "gateway/proxy/somewhere.py:6: .redis",
         "gateway/proxy/somewhere.py:7: RedisError",
     ]
-    assert is_store("gateway/keys/store.py") and is_store("gateway/routing/vtc_store.py")
+    assert is_store("gateway/keys/store.py")
+    assert is_store("gateway/routing/vtc_store.py")
     assert not is_store("gateway/routing/vtc.py")
 
 
@@ -107,10 +112,9 @@ def test_every_store_class_lives_in_a_store_module() -> None:
     for path in sorted(GATEWAY.rglob("*.py")):
         shown = _shown(path)
         tree = ast.parse(path.read_text(encoding="utf-8"), shown)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ClassDef) and any(
-                isinstance(base, ast.Name) and base.id == "RedisStore" for base in node.bases
-            ):
-                if not is_store(shown):
-                    misplaced.append(f"{shown}: {node.name}")
+        classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+        for node in classes:
+            bases = {base.id for base in node.bases if isinstance(base, ast.Name)}
+            if "RedisStore" in bases and not is_store(shown):
+                misplaced.append(f"{shown}: {node.name}")
     assert not misplaced, "RedisStore subclasses outside a *store.py module:\n" + "\n".join(misplaced)
