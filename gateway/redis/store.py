@@ -12,7 +12,7 @@ store's own time bound) becomes `StoreUnavailable`, the domain error (503 `redis
 and, for the stores on the request path, the app's breaker (gateway/redis/breaker.py) learns of
 it; an answer resets the breaker's count. `__init_subclass__` wraps each public coroutine method a
 store defines, so no method can let a redis-py error through; a hot-path method that counts its
-calls (admission, settlement: tests/perf/budget.json) maps its own with `unavailable` instead
+calls (admission's, tests/perf/budget.json) maps its own with `unavailable` instead
 (`@maps_itself`), the same mapping without the wrapper's call. Errors are named by their class
 only (a Redis error's text may quote a command's arguments: key names, a team's id).
 """
