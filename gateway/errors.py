@@ -27,6 +27,9 @@
             server_busy (the gateway holds as many client connections as it may; refused below the app),
             idp_unavailable (the identity provider's keys cannot be fetched to check a new token)
         504 upstream_timeout
+      WorkerRejected(status, ...)  --  a worker's 4xx in our envelope
+      StoreUnavailable(reason)     --  503 redis_unavailable: a store could not answer
+                                       (gateway/redis/store.py maps every Redis failure to it)
 
 Every response body is `{"error": {"message", "type", "param", "code"}}`; every 401 and 403 carries
 `x-should-retry: false`, whichever API's envelope it is told in. Messages never contain
