@@ -49,7 +49,12 @@ class LimitStore(RedisStore):
             reply: list[Any] = await self._peek(keys=limit_keys, args=args)
         return reply
 
+    @maps_itself
     async def renew(self, batches: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> None:
-        """One renew.lua call per (keys, args), all in one pipelined round trip."""
-        async with asyncio.timeout(self._timeout_s):
-            await self._renew.run_batch(batches)
+        """One renew.lua call per (keys, args), all in one pipelined round trip. Not counted by
+        the breaker: a background task's, which the next tick retries (gateway/limits/leases.py)."""
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._renew.run_batch(batches)
+        except FAILURES as exc:
+            raise self.unavailable("lease renewal", exc, None) from None

@@ -58,10 +58,10 @@ class RedisStore:
         """False while the breaker is open: a call moments ago failed."""
         return self.breaker is None or not self.breaker.open
 
-    def unavailable(self, site: str, error: BaseException, started: float) -> StoreUnavailable:
+    def unavailable(self, site: str, error: BaseException, started: float | None) -> StoreUnavailable:
         """The domain error for a call made at `started` (time.monotonic()) that failed with
-        `error`, the breaker told."""
-        if self.breaker is not None:
+        `error`, the breaker told; `started` None: a background call the breaker does not count."""
+        if self.breaker is not None and started is not None:
             self.breaker.failed(site, error, started)
         return StoreUnavailable(type(error).__name__)
 
