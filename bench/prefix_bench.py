@@ -36,6 +36,7 @@ from gateway.routing.load import Load, apply_load
 from gateway.routing.policy import RouteRequest
 from gateway.routing.prefix import DEFAULT_BLOCK_BYTES, PrefixIndex, block_hashes, body_blocks
 from gateway.routing.prefix_share import PrefixShare
+from gateway.routing.prefix_store import PrefixStore
 from gateway.routing.router import Router
 
 
@@ -115,8 +116,8 @@ async def staleness(samples: int) -> None:
         redis = Redis.from_url(server.url)
         a_index, b_index = PrefixIndex(1_000_000), PrefixIndex(1_000_000)
         key = "sg:{prefix-bench}:log"
-        a = PrefixShare(redis, a_index, Metrics(), interval_s=0.05, timeout_s=2.0, key=key)
-        b = PrefixShare(redis, b_index, Metrics(), interval_s=0.05, timeout_s=2.0, key=key)
+        a = PrefixShare(PrefixStore(redis, key=key), a_index, Metrics(), interval_s=0.05, timeout_s=2.0)
+        b = PrefixShare(PrefixStore(redis, key=key), b_index, Metrics(), interval_s=0.05, timeout_s=2.0)
         a.start()
         b.start()
         lags: list[float] = []

@@ -52,8 +52,10 @@ from harness.redis_stats import split  # noqa: E402  # bench/ is this script's d
 
 from gateway.dev.embedded_redis import EmbeddedRedis  # noqa: E402
 from gateway.limits.admission import Limit, LimitKind, RateLimiter, Reservation  # noqa: E402
+from gateway.limits.limit_store import LimitStore  # noqa: E402
 from gateway.metering.meter import Meter  # noqa: E402
 from gateway.metering.record import UsageRecord  # noqa: E402
+from gateway.metering.usage_store import UsageStore  # noqa: E402
 from gateway.observability.metrics import Metrics  # noqa: E402
 from gateway.redis import keys as redis_keys  # noqa: E402
 from gateway.redis.breaker import RedisBreaker  # noqa: E402
@@ -234,8 +236,8 @@ def _every_limit(team: str, key_id: str) -> list[Limit]:
 def admission_phase(admissions: int, concurrency: int) -> str:
     async def run(url: str, port: int) -> str:
         client = redis.asyncio.Redis.from_url(url)
-        meter = Meter(client, Metrics(), timeout_s=5)
-        limiter = RateLimiter(client, Metrics(), RedisBreaker(1.0), meter, timeout_s=5)
+        meter = Meter(UsageStore(client, timeout_s=5), Metrics())
+        limiter = RateLimiter(LimitStore(client, RedisBreaker(1.0), timeout_s=5), Metrics(), meter)
         teams = [f"adm-{n}" for n in range(16)]
         reservation = Reservation(50, 200)
         done: list[tuple[str, str, Any]] = []

@@ -16,7 +16,6 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -26,6 +25,7 @@ from starlette.routing import Route
 
 from gateway import __version__
 from gateway.admin.audit import AuditLog
+from gateway.admin.audit_store import AuditStore
 from gateway.admin.deps import AdminDeps
 from gateway.admin.models import admin_model_routes
 from gateway.admin.role_routes import role_routes
@@ -33,6 +33,7 @@ from gateway.admin.routes import admin_routes
 from gateway.apis import APIS, ClientApi
 from gateway.apis.endpoint import mount
 from gateway.config import Settings
+from gateway.console.console_store import ConsoleStore
 from gateway.console.routes import console_mount
 from gateway.console.session import Sessions
 from gateway.discovery.kubernetes import start_discovery
@@ -41,18 +42,21 @@ from gateway.edge import openapi, planes, unknown_routes
 from gateway.edge.home import home_route
 from gateway.edge.key_info import KeyInfoDeps, key_info
 from gateway.edge.middleware import RequestContextMiddleware
-from gateway.errors import ErrorCode, GatewayError, from_http_status
+from gateway.errors import ErrorCode, GatewayError, StoreUnavailable, from_http_status
 from gateway.http.networks import trusted_networks
-from gateway.identity.bindings import BindingStore
+from gateway.identity.binding_store import BindingStore
 from gateway.identity.directory import SCIM_TOMBSTONE_TTL_S, Directory
 from gateway.keys.auth import Authenticator, bearer_token
 from gateway.keys.credentials import secret_headers
 from gateway.keys.store import KeyStore
 from gateway.limits.admission import RateLimiter
+from gateway.limits.limit_store import LimitStore
 from gateway.limits.peek import LimitReader
 from gateway.metering.budget_gauge import BudgetGauge
+from gateway.metering.budget_store import BudgetStore
 from gateway.metering.meter import Meter
 from gateway.metering.spool import Spool
+from gateway.metering.usage_store import UsageStore
 from gateway.model_table import ModelTable
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import Tracing
@@ -67,16 +71,19 @@ from gateway.proxy.upstream import Upstream
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
 from gateway.redis.client import close_redis, connect_redis, learn_topology
-from gateway.redis.health import watch_redis
+from gateway.redis.health import Readiness, watch_redis
 from gateway.redis.shared_secret import SharedSecret
+from gateway.routing.holder_store import HolderStore
 from gateway.routing.monitor import Monitor
 from gateway.routing.prefix_share import PrefixShare
+from gateway.routing.prefix_store import PrefixStore
 from gateway.routing.router import Router
 from gateway.routing.stored_responses import StoredResponses
 from gateway.routing.vtc_store import FairShareStore
 from gateway.scim.routes import scim_mount
 from gateway.scim.store import ScimStore
 from gateway.state import AppState, app_state
+from gateway.stores import Stores
 from gateway.worker.client import WorkerClient
 
 log = logging.getLogger("sluicegate.app")
@@ -134,11 +141,14 @@ def create_app(
     rng: random.Random | None = None,
     drain: Drain | None = None,
     apis: tuple[ClientApi, ...] = APIS,
+    stores: Stores | None = None,
 ) -> Starlette:
     """`drain`: the shutdown state the server that runs this app sets (gateway.drain); the app
     keeps it as `app.state.drain`. `apis`: the client APIs it serves (gateway.apis), each one's
-    declarations handed down here to the layers that need them."""
+    declarations handed down here to the layers that need them. `stores`: any the app takes in
+    place of its Redis ones (gateway/stores.py)."""
     drain = drain or Drain()
+    stores = stores or Stores()
     metrics = Metrics(registry)
     router = Router(table, metrics, rng=rng, prefix_index_blocks=settings.prefix_index_blocks)
     # The models' external providers: a key that cannot be read stops the start here.
@@ -162,11 +172,14 @@ def create_app(
         redis = connect_redis(settings)
         await learn_topology(redis, settings.redis_timeout_s)
         workers = WorkerClient()  # every call to a worker: the requests', probes, scrapes
+        # app.py holds the client only to build the stores (one per concern, docs/architecture.md)
+        # and close it: everything else reaches Redis through them.
         keystore = KeyStore(redis)
         stored = StoredResponses(
-            redis, ttl_s=settings.stored_response_ttl_s, timeout_s=settings.redis_timeout_s
+            stores.holders or HolderStore(redis, timeout_s=settings.redis_timeout_s),
+            ttl_s=settings.stored_response_ttl_s,
         )
-        meter = Meter(redis, metrics, timeout_s=settings.redis_timeout_s)
+        meter = Meter(stores.usage or UsageStore(redis, timeout_s=settings.redis_timeout_s), metrics)
         spool = Spool(settings.spool_path)
         meter.start(spool)
         # A failed call opens it for one Redis timeout: then one request probes again.
@@ -181,11 +194,9 @@ def create_app(
             credentials=credentials,
         )
         limiter = RateLimiter(
-            redis,
+            stores.admission or LimitStore(redis, breaker, timeout_s=settings.redis_timeout_s),
             metrics,
-            breaker,
             meter,
-            timeout_s=settings.redis_timeout_s,
             fail_open=settings.redis_fail_open,
             lease_s=settings.concurrency_lease_s,
         )
@@ -201,12 +212,20 @@ def create_app(
             metrics=metrics,
             stored=stored,
             drain=drain,
-            salts=CacheSalts(redis, settings.cache_salt_secret, timeout_s=settings.redis_timeout_s),
+            salts=CacheSalts(
+                SharedSecret(
+                    redis,
+                    redis_keys.CACHE_SALT_SECRET,
+                    settings.cache_salt_secret,
+                    timeout_s=settings.redis_timeout_s,
+                )
+            ),
             hosted_tools=frozenset(tool for api in apis for tool in api.hosted_tools),
             body_lists={dialect: api.body_lists for api in apis for dialect in api.operations},
             overflow=(overflow, OverflowCall(workers, metrics)) if overflow else None,
         )
-        audit = AuditLog(redis, max_entries=settings.audit_max_entries)
+        audit = AuditLog(AuditStore(redis, max_entries=settings.audit_max_entries))
+        console_store = ConsoleStore(redis)
         admin = AdminDeps(
             settings=settings,
             keystore=keystore,
@@ -216,7 +235,7 @@ def create_app(
             audit=audit,
             bindings=BindingStore(redis),
             sessions=Sessions(
-                redis,
+                console_store,
                 SharedSecret(
                     redis,
                     redis_keys.CONSOLE_SESSION_SECRET,
@@ -235,7 +254,7 @@ def create_app(
                 )
             ),
         )
-        invalidations = asyncio.ensure_future(auth.follow_invalidations(redis))
+        invalidations = asyncio.ensure_future(auth.follow_invalidations())
         # Token fair share: every replica charges and reads the same counters (routing/vtc.py),
         # over connections of its own, so its batches never hold one the request path waits for.
         share_redis = connect_redis(settings)
@@ -250,7 +269,7 @@ def create_app(
         prefix_share = None
         if settings.prefix_share_interval_s > 0:
             prefix_share = PrefixShare(
-                redis,
+                PrefixStore(redis),
                 router.prefix_index,
                 metrics,
                 interval_s=settings.prefix_share_interval_s,
@@ -270,7 +289,7 @@ def create_app(
             watch_redis(redis, metrics.redis_up, timeout_s=settings.redis_timeout_s)
         )
         budget_gauge = BudgetGauge(
-            redis,
+            BudgetStore(redis),
             keystore,
             metrics.registry,
             interval_s=settings.budget_export_interval_s,
@@ -284,9 +303,10 @@ def create_app(
                 gate=gate,
                 admin=admin,
                 router=router,
-                redis=redis,
+                readiness=Readiness(redis),
+                console_store=console_store,
                 key_info=KeyInfoDeps(
-                    LimitReader(redis, timeout_s=settings.redis_timeout_s),
+                    LimitReader(LimitStore(redis, timeout_s=settings.redis_timeout_s)),
                     meter,
                     timeout_s=settings.redis_timeout_s,
                 ),
@@ -333,14 +353,14 @@ def create_app(
     async def readyz(request: Request) -> Response:
         if drain.draining:  # shutting down: out of the Service's endpoints, still serving for now
             return JSONResponse({"ready": False, "checks": {"shutdown": "draining"}}, status_code=503)
-        redis = app_state(request.scope)["redis"]
         checks: dict[str, str] = {}
         try:
             async with asyncio.timeout(settings.redis_timeout_s):
-                await redis.ping()
+                await app_state(request.scope)["readiness"].ping()
             checks["redis"] = "ok"
-        except (RedisError, TimeoutError) as exc:
-            checks["redis"] = f"unreachable ({type(exc).__name__})"
+        except (StoreUnavailable, TimeoutError) as exc:
+            reason = exc.reason if isinstance(exc, StoreUnavailable) else type(exc).__name__
+            checks["redis"] = f"unreachable ({reason})"
         checks["endpoints"] = _endpoints_check(router, settings)
         ready = all(v == "ok" for v in checks.values())
         return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)

@@ -30,6 +30,9 @@
             server_busy (the gateway holds as many client connections as it may; refused below the app),
             idp_unavailable (the identity provider's keys cannot be fetched to check a new token)
         504 upstream_timeout
+      WorkerRejected(status, ...)  --  a worker's 4xx in our envelope
+      StoreUnavailable(reason)     --  503 redis_unavailable: a store could not answer
+                                       (gateway/redis/store.py maps every Redis failure to it)
 
 Every response body is `{"error": {"message", "type", "param", "code"}}`; every 401 and 403 carries
 `x-should-retry: false`, whichever API's envelope it is told in. Messages never contain
@@ -170,6 +173,15 @@ class GatewayError(Exception):
     def response(self, extra_headers: Mapping[str, str] | None = None) -> Response:
         headers = {**(extra_headers or {}), **self.headers}
         return Response(self.body(), status_code=self.status, headers=headers, media_type="application/json")
+
+
+class StoreUnavailable(GatewayError):
+    """A store (gateway/redis/store.py) could not answer: its backend down, slow or refusing.
+    `reason` names the failure by its class only, for logs (never its text: it may quote keys)."""
+
+    def __init__(self, reason: str, message: str = "Redis is unavailable; try again shortly.") -> None:
+        super().__init__(ErrorCode.REDIS_UNAVAILABLE, message)
+        self.reason = reason
 
 
 # OpenAI's error types by status, for a worker's refusal.

@@ -14,13 +14,14 @@ if TYPE_CHECKING:
 
     from gateway.admin.deps import AdminDeps
     from gateway.config import Settings
+    from gateway.console.console_store import ConsoleStore
     from gateway.edge.key_info import KeyInfoDeps
     from gateway.http.context import RequestContext
     from gateway.observability.tracing import Tracing
     from gateway.proxy.gate import Gate
     from gateway.proxy.pipeline import Pipeline
     from gateway.proxy.upstream import Upstream
-    from gateway.redis.client import RedisClient
+    from gateway.redis.health import Readiness
     from gateway.routing.router import Router
     from gateway.routing.stored_responses import StoredResponses
 
@@ -33,7 +34,8 @@ class AppState(TypedDict):
     gate: Gate
     admin: AdminDeps
     router: Router
-    redis: RedisClient
+    readiness: Readiness  # /readyz's PING
+    console_store: ConsoleStore  # the console's sessions, flashes and sign-in flows
     key_info: KeyInfoDeps
     stored: StoredResponses
     upstream: Upstream

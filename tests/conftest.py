@@ -26,6 +26,7 @@ from gateway.cli import AdminClient
 from gateway.config import Settings
 from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.model_table import ModelConfig, ModelTable, Timeouts
+from gateway.stores import Stores
 
 # The cluster fixtures, registered here for every test (tests/redis_cluster.py).
 from tests.redis_cluster import RedisServer, own_redis_cluster, redis_cluster, sync_client  # noqa: F401
@@ -179,7 +180,11 @@ def session_log() -> Iterator[SessionLog]:
 def _gateway_factory(redis_url: str, worker_url: str, session_log: SessionLog) -> GatewayFactory:
     @contextlib.contextmanager
     def factory(
-        table: ModelTable | None = None, *, apis: tuple[ClientApi, ...] = APIS, **overrides: Any
+        table: ModelTable | None = None,
+        *,
+        apis: tuple[ClientApi, ...] = APIS,
+        stores: Stores | None = None,
+        **overrides: Any,
     ) -> Iterator[Gateway]:
         """`apis`: the client APIs the app serves (one more is one more entry: tests/apis/toy_api)."""
         admin_token = "adm-" + secrets.token_urlsafe(32)
@@ -195,7 +200,7 @@ def _gateway_factory(redis_url: str, worker_url: str, session_log: SessionLog) -
             ),
         }
         settings = Settings(**{**fields, **overrides})
-        app = create_app(settings, table or default_table(worker_url), apis=apis)
+        app = create_app(settings, table or default_table(worker_url), apis=apis, stores=stores)
         with run_uvicorn(app, sock=sock, settings=settings) as url:
             gw = Gateway(
                 url=url, admin_token=admin_token, settings=settings, secrets_created=session_log.secrets

@@ -31,7 +31,8 @@ from starlette.types import Scope
 
 from gateway.admin.throttle import AdminThrottle
 from gateway.errors import ErrorCode, GatewayError
-from gateway.identity.bindings import BindingStore, RoleBinding, grants
+from gateway.identity.binding_store import BindingStore
+from gateway.identity.bindings import RoleBinding, grants
 from gateway.identity.directory import Directory
 from gateway.identity.oidc import OidcSettings
 from gateway.identity.principal import BREAK_GLASS, Kind, Principal

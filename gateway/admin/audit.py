@@ -39,14 +39,12 @@ import datetime as dt
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any, Protocol
 
 import orjson
-from redis.typing import EncodableT, FieldT
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.redis import keys as redis_keys
-from gateway.redis.client import RedisClient
+from gateway.redis.keys import EncodableT
 
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
@@ -102,10 +100,17 @@ class RequestJournal:
         )
 
 
+class AuditEntries(Protocol):
+    """The stream (gateway/admin/audit_store.py); each raises StoreUnavailable."""
+
+    async def append(self, fields: dict[str, EncodableT]) -> None: ...
+
+    async def newest(self, top: str, bottom: str, count: int) -> list[tuple[bytes, dict[bytes, bytes]]]: ...
+
+
 class AuditLog:
-    def __init__(self, redis: RedisClient, *, max_entries: int) -> None:
-        self._redis = redis
-        self._max_entries = max_entries
+    def __init__(self, store: AuditEntries) -> None:
+        self._store = store
 
     def by(self, actor: Mapping[str, Any], peer: str) -> RequestJournal:
         # An address is short; anything longer is not one (a trusted chain's odd hop): cut it.
@@ -122,7 +127,7 @@ class AuditLog:
         peer: str,
     ) -> None:
         """Appends the entry; its id `*` is Redis's clock."""
-        fields: dict[FieldT, EncodableT] = {
+        fields: dict[str, EncodableT] = {
             "action": action,
             "team": team,
             "key_id": key_id or "",
@@ -130,7 +135,7 @@ class AuditLog:
             "actor": orjson.dumps(actor),
             "peer": peer,
         }
-        await self._redis.xadd(redis_keys.audit_log(), fields, maxlen=self._max_entries, approximate=True)
+        await self._store.append(fields)
 
     async def entries(
         self, *, teams: frozenset[str] | None, since_ms: int | None, before: str | None, limit: int
@@ -143,11 +148,7 @@ class AuditLog:
         page_size = _SCAN_PAGE if wanted is not None else limit + 1
         out: list[dict[str, Any]] = []
         while top is not None:
-            # Replies are bytes: the gateway's client does not decode (gateway.redis.keys.as_text).
-            page = cast(
-                list[tuple[bytes, dict[bytes, bytes]]],
-                await self._redis.xrevrange(redis_keys.audit_log(), max=top, min=bottom, count=page_size),
-            )
+            page = await self._store.newest(top, bottom, page_size)
             for entry_id, fields in page:
                 if wanted is None or fields.get(b"team") in wanted:
                     if len(out) == limit:

@@ -12,7 +12,7 @@ from gateway.admin.throttle import AdminThrottle
 from gateway.config import Settings
 from gateway.console.session import Sessions
 from gateway.http.networks import trusted_networks
-from gateway.identity.bindings import BindingStore
+from gateway.identity.binding_store import BindingStore
 from gateway.identity.directory import Directory
 from gateway.identity.oidc import JwksCache
 from gateway.identity.tokens import TokenVerifier
@@ -32,7 +32,7 @@ class AdminDeps:
     meter: Meter  # usage reports
     router: Router  # models, pools and endpoints
     audit: AuditLog  # every change written down, as a step of the change (gateway/keys/steps.py)
-    bindings: BindingStore  # who holds which role (gateway/identity/bindings.py)
+    bindings: BindingStore  # who holds which role (gateway/identity/binding_store.py)
     sessions: Sessions  # the console's sign-ins (gateway/console/session.py)
     # The SCIM directory: who is still active, and their groups (gateway/identity/directory.py).
     directory: Directory

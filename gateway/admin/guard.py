@@ -9,7 +9,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -18,7 +17,7 @@ from starlette.types import Message, Receive
 from gateway.admin import audit
 from gateway.admin.access import Caller, require_some_role
 from gateway.admin.deps import AdminDeps
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import ErrorCode, GatewayError, StoreUnavailable
 from gateway.http.body import read_body
 from gateway.identity.roles import Action
 
@@ -41,7 +40,7 @@ def guarded(handler: Handler, action: Action | None) -> Callable[[Request], Awai
             async with asyncio.timeout(4 * deps.settings.redis_timeout_s):
                 caller = await deps.access.caller(request)
                 require_some_role(caller, action)
-        except (RedisError, TimeoutError):
+        except (StoreUnavailable, TimeoutError):
             raise redis_unavailable() from None
         caller.attach(request.scope)
         # The body first, bounded by the client's body timeout: a slow client is not a Redis
@@ -51,7 +50,7 @@ def guarded(handler: Handler, action: Action | None) -> Callable[[Request], Awai
         try:
             async with asyncio.timeout(4 * deps.settings.redis_timeout_s):
                 return await handler(request, deps)
-        except (RedisError, TimeoutError):
+        except (StoreUnavailable, TimeoutError):
             raise redis_unavailable() from None
 
     return endpoint

@@ -28,7 +28,6 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.identity.roles import Action
 from gateway.keys.record import KeyNotFoundError, KeyRecord
 from gateway.limits.spec import LimitSet, parse_limits
-from gateway.redis import keys as redis_keys
 from gateway.routing.share import PRIORITY_DEFAULT
 
 FLASH_TTL_S = 120
@@ -91,7 +90,7 @@ def _key_name(form: Form) -> str:
 
 
 def _flash_key(page: Page, flash_id: str) -> str:
-    return redis_keys.console_flash(f"{page.session.id}.{flash_id}")
+    return f"{page.session.id}.{flash_id}"
 
 
 class Keys:
@@ -104,13 +103,13 @@ class Keys:
         value = orjson.dumps(
             {"session": page.session.id, "key_id": record.id, "secret": secret, "models": models}
         )
-        await page.redis.set(_flash_key(page, flash_id), value, ex=FLASH_TTL_S)
+        await page.store.put_flash(_flash_key(page, flash_id), value, FLASH_TTL_S)
         return flash_id
 
     async def _take_flash(self, page: Page, flash_id: str) -> dict[str, Any] | None:
         if not flash_id or len(flash_id) > 64:
             return None
-        raw = await page.redis.getdel(_flash_key(page, flash_id))
+        raw = await page.store.take_flash(_flash_key(page, flash_id))
         if raw is None:
             return None
         value: dict[str, Any] = orjson.loads(raw)

@@ -22,6 +22,7 @@ import ipaddress
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import orjson
 from starlette.requests import Request
@@ -29,8 +30,6 @@ from starlette.responses import Response
 
 from gateway.http.networks import Networks
 from gateway.identity.principal import Principal
-from gateway.redis import keys as redis_keys
-from gateway.redis.client import RedisClient
 from gateway.redis.shared_secret import SharedSecret
 
 COOKIE = "sg_console"
@@ -57,17 +56,27 @@ class Session:
     bound_to: str = ""
 
 
+class SessionRecords(Protocol):
+    """Where sessions are kept (gateway/console/console_store.py); each raises StoreUnavailable."""
+
+    async def put_session(self, session_id: str, record: bytes, ttl_s: int) -> None: ...
+
+    async def get_session(self, session_id: str) -> bytes | None: ...
+
+    async def delete_session(self, session_id: str) -> None: ...
+
+
 class Sessions:
     def __init__(
         self,
-        redis: RedisClient,
+        store: SessionRecords,
         secret: SharedSecret,
         *,
         ttl_s: float,
         trusted: Networks = (),
         public_https: bool = False,
     ) -> None:
-        self._redis = redis
+        self._store = store
         self._secret = secret
         self._ttl_s = ttl_s
         self._trusted = trusted
@@ -88,7 +97,7 @@ class Sessions:
         record = orjson.dumps(
             {"principal": principal.record(), "expires_at": expires_at, "bound_to": bound_to}
         )
-        await self._redis.set(redis_keys.console_session(session_id), record, ex=max(int(self._ttl_s) + 1, 1))
+        await self._store.put_session(session_id, record, max(int(self._ttl_s) + 1, 1))
         payload = f"{_VERSION}.{session_id}"
         csrf = await self._sign(f"csrf|{session_id}")
         session = Session(session_id, expires_at, csrf, principal, bound_to)
@@ -105,7 +114,7 @@ class Sessions:
             return None
         if not hmac.compare_digest(await self._sign(f"{parts[0]}.{parts[1]}"), parts[2]):
             return None
-        stored = await self._redis.get(redis_keys.console_session(parts[1]))
+        stored = await self._store.get_session(parts[1])
         if stored is None:
             return None
         record = orjson.loads(stored)
@@ -116,7 +125,7 @@ class Sessions:
         return Session(parts[1], record["expires_at"], csrf, principal, record.get("bound_to", ""))
 
     async def end(self, session: Session) -> None:
-        await self._redis.delete(redis_keys.console_session(session.id))
+        await self._store.delete_session(session.id)
 
     def csrf_ok(self, session: Session, given: str | None) -> bool:
         return (

@@ -16,16 +16,14 @@ import hashlib
 import hmac
 import logging
 
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from gateway.admin.deps import AdminDeps
-from gateway.admin.guard import redis_unavailable
 from gateway.console.forms import read_form
 from gateway.console.signin_audit import SignInAudit
 from gateway.console.web import BASE, Console, Page, cross_site, redirect, safe_next
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, StoreUnavailable
 from gateway.identity.principal import BREAK_GLASS
 from gateway.observability.logs import loggable
 
@@ -48,7 +46,7 @@ class SignIn:
         try:
             async with asyncio.timeout(console.settings.redis_timeout_s):
                 signed_in = await console.current(request) is not None
-        except (RedisError, TimeoutError, GatewayError):
+        except (TimeoutError, GatewayError):
             signed_in = False  # the form, then: signing in says what is wrong
         if signed_in:
             return redirect("/")
@@ -89,10 +87,8 @@ class SignIn:
             try:
                 _, cookie = await deps.sessions.new(BREAK_GLASS, bound_to=deps.access.token_fingerprint)
                 await self._audit.signed_in(deps, BREAK_GLASS, address, via="admin-token")
-            except GatewayError as exc:
+            except GatewayError as exc:  # StoreUnavailable among them: a 503 redis_unavailable
                 return console.error(request, exc, None)
-            except RedisError:
-                return console.error(request, redis_unavailable(), None)
             response = RedirectResponse(target, status_code=303)
             deps.sessions.set_cookie(response, request, cookie)
             return response
@@ -115,7 +111,7 @@ class SignIn:
         try:
             await deps.sessions.end(page.session)
             await self._audit.signed_out(deps, page.caller.principal, page.caller.peer)
-        except RedisError:
+        except StoreUnavailable:
             log.warning("console sign-out not recorded in Redis: the cookie is cleared only")
         response = RedirectResponse(f"{BASE}/login", status_code=303)
         deps.sessions.clear_cookie(response, request)

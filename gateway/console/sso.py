@@ -32,19 +32,17 @@ from typing import Any
 from urllib.parse import quote
 
 import orjson
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from gateway.admin.deps import AdminDeps
 from gateway.console.signin_audit import SignInAudit
 from gateway.console.web import BASE, Console, safe_next
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, StoreUnavailable
 from gateway.identity.code_flow import ExchangeFailed, Flow, exchange_code
 from gateway.identity.oidc import IdpUnavailable
 from gateway.identity.principal import Kind
 from gateway.identity.tokens import TokenRejected
-from gateway.redis import keys as redis_keys
 from gateway.state import app_state
 
 log = logging.getLogger("sluicegate.console")
@@ -151,9 +149,10 @@ class SingleSignOn:
         }
         try:
             endpoint = await verifier.discovery.endpoint("authorization_endpoint")
-            redis = app_state(request.scope)["redis"]
-            await redis.set(redis_keys.console_oidc_flow(flow.state), orjson.dumps(record), ex=FLOW_TTL_S)
-        except RedisError:
+            await app_state(request.scope)["console_store"].put_flow(
+                flow.state, orjson.dumps(record), FLOW_TTL_S
+            )
+        except StoreUnavailable:
             return self._failed_page(request, "Redis is unavailable; try again shortly.", 503)
         except (OSError, ValueError, TimeoutError) as exc:
             log.warning("console sign-in: the identity provider is unreachable (%s)", type(exc).__name__)
@@ -190,8 +189,8 @@ class SingleSignOn:
                 request, peer, "no valid state", "This sign-in link is not one the console made."
             )
         try:
-            raw = await app_state(request.scope)["redis"].getdel(redis_keys.console_oidc_flow(state))
-        except RedisError:
+            raw = await app_state(request.scope)["console_store"].take_flow(state)
+        except StoreUnavailable:
             return self._failed_page(request, "Redis is unavailable; try again shortly.", 503)
         if raw is None:
             return await self._failed(
@@ -275,7 +274,7 @@ class SingleSignOn:
         try:
             _, cookie = await deps.sessions.new(principal)
             await self._audit.signed_in(deps, principal, peer, via="oidc")
-        except (RedisError, GatewayError):
+        except GatewayError:
             return self._failed_page(request, "Redis is unavailable; try again shortly.", 503)
         response = RedirectResponse(flow["next"], status_code=303)
         deps.sessions.set_cookie(response, request, cookie)
@@ -286,7 +285,7 @@ class SingleSignOn:
         self, request: Request, peer: str, reason: str, message: str, status: int = 400
     ) -> Response:
         log.warning("console sign-in failed: peer=%s reason=%s", peer or "-", reason)
-        with contextlib.suppress(RedisError):  # the page still says what happened
+        with contextlib.suppress(StoreUnavailable):  # the page still says what happened
             await self._audit.failed(AdminDeps.of(request.scope), peer, reason)
         return self._failed_page(request, message, status)
 

@@ -17,7 +17,6 @@ from typing import Any
 from urllib.parse import quote
 
 import jinja2
-from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -29,12 +28,12 @@ from gateway.admin.audit import RequestJournal
 from gateway.admin.deps import AdminDeps
 from gateway.admin.guard import redis_unavailable
 from gateway.config import Settings
+from gateway.console.console_store import ConsoleStore
 from gateway.console.forms import Form, read_form
 from gateway.console.session import CSRF_FIELD, CSRF_HEADER, Session
 from gateway.errors import GatewayError
 from gateway.identity.principal import describe
 from gateway.identity.roles import Action
-from gateway.redis.client import RedisClient
 from gateway.state import app_state
 
 BASE = "/admin/ui"
@@ -137,7 +136,7 @@ class Page:
     and what they may do (read from the role bindings on every request), the form."""
 
     deps: AdminDeps
-    redis: RedisClient
+    store: ConsoleStore
     session: Session
     form: Form
     caller: Caller
@@ -258,7 +257,7 @@ class Console:
                 return self.render(request, "disabled.html", status=403)
             session: Session | None = None
             deps = AdminDeps.of(request.scope)
-            redis = app_state(request.scope)["redis"]
+            store = app_state(request.scope)["console_store"]
             redis_bound = 4 * self.settings.redis_timeout_s  # a few Redis round trips together
             try:
                 async with asyncio.timeout(redis_bound):
@@ -296,10 +295,10 @@ class Console:
                             status=403,
                         )
                 async with asyncio.timeout(redis_bound):
-                    return await handler(request, Page(deps, redis, session, form, caller))
+                    return await handler(request, Page(deps, store, session, form, caller))
             except GatewayError as exc:
                 return self.error(request, exc, session)
-            except (RedisError, TimeoutError):
+            except TimeoutError:
                 return self.error(
                     request,
                     redis_unavailable(),

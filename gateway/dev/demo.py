@@ -31,6 +31,7 @@ from gateway.identity.principal import SYSTEM
 from gateway.keys.store import KeyNotFoundError, KeyStore, TeamExistsError
 from gateway.limits.spec import LimitSet
 from gateway.model_table import NATIVE, ModelConfig, ModelTable, Protocols
+from gateway.redis.client import close_redis, plain_client
 from gateway.redis.url import validate_redis_url
 from workers.fake.app import MAX_MODEL_LEN
 
@@ -96,9 +97,7 @@ def _start_worker(port: int) -> subprocess.Popen[bytes]:
 
 async def _create_demo_key(redis_url: str, kept: demo_state.DemoSecrets) -> tuple[str, str]:
     """The kept key when Redis still has it working (`--state`), else a new one."""
-    from redis.asyncio import Redis
-
-    redis = Redis.from_url(redis_url)
+    redis = plain_client(redis_url)
     try:
         store = KeyStore(redis)
         if kept.key_id and kept.key:
@@ -112,7 +111,7 @@ async def _create_demo_key(redis_url: str, kept: demo_state.DemoSecrets) -> tupl
         )
         return record.id, secret
     finally:
-        await redis.aclose()
+        await close_redis(redis)
 
 
 def _cli() -> str:

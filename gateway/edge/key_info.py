@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.edge.openapi_schemas import nullable
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import ErrorCode, GatewayError, StoreUnavailable
 from gateway.http.context import RequestContext
 from gateway.limits import admission, plans
 from gateway.limits.peek import LimitReader, Remaining
@@ -93,7 +92,7 @@ async def key_info(request: Request) -> Response:
     try:
         async with asyncio.timeout(4 * deps.timeout_s):
             report = await deps.meter.report([key.team], today.replace(day=1), today)
-    except (RedisError, TimeoutError):
+    except (StoreUnavailable, TimeoutError):
         raise GatewayError(ErrorCode.REDIS_UNAVAILABLE, "Redis is unavailable; try again shortly.") from None
     rows = [r for r in report if r["key_id"] == key.id]
     states = await deps.limits.remaining(limits)

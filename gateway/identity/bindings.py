@@ -21,8 +21,6 @@ import orjson
 
 from gateway.identity.principal import Principal
 from gateway.identity.roles import Grant, Role
-from gateway.redis import keys as redis_keys
-from gateway.redis.client import RedisClient
 
 MAX_BINDINGS = 10_000
 BINDING_ID_RE = re.compile(r"rb_[0-9a-f]{16}")
@@ -118,48 +116,6 @@ class RoleBinding:
 
 class TooManyBindings(Exception):
     pass
-
-
-class BindingStore:
-    def __init__(self, redis: RedisClient) -> None:
-        self._redis = redis
-
-    async def all(self) -> list[RoleBinding]:
-        raw = await self._redis.hgetall(redis_keys.role_bindings())
-        return sorted((RoleBinding.from_json(v) for v in raw.values()), key=lambda b: b.created_at)
-
-    async def add(self, binding: RoleBinding) -> RoleBinding | None:
-        """Stores `binding`; returns the one already there for the same subject, role and team
-        (and stores nothing) when there is one."""
-        key = redis_keys.role_bindings()
-        if await self._redis.hlen(key) >= MAX_BINDINGS:
-            raise TooManyBindings()
-        if await self._redis.hsetnx(key, binding.id, binding.to_json()):
-            return None
-        existing = await self._redis.hget(key, binding.id)
-        return RoleBinding.from_json(existing) if existing else None
-
-    async def remove(self, binding_id: str) -> RoleBinding | None:
-        key = redis_keys.role_bindings()
-        raw = await self._redis.hget(key, binding_id)
-        if raw is None or not await self._redis.hdel(key, binding_id):
-            return None
-        return RoleBinding.from_json(raw)
-
-    async def remove_user(self, *, subject: str | None, emails: Iterable[str]) -> list[RoleBinding]:
-        """Removes every user binding that names this person, as `matches` would: their subject
-        exactly, or one of their emails in any case (a SCIM user deleted, gateway/scim/users.py).
-        Returns the bindings removed."""
-        folded = {e.lower() for e in emails if e}
-        gone = [
-            b
-            for b in await self.all()
-            if b.subject_kind is Subject.USER
-            and ((subject is not None and b.subject == subject) or b.subject.lower() in folded)
-        ]
-        if gone:
-            await self._redis.hdel(redis_keys.role_bindings(), *(b.id for b in gone))
-        return gone
 
 
 def grants(

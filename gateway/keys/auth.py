@@ -10,24 +10,18 @@ against the cached record, so an expired key stops at its time even while cached
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from redis.asyncio.client import PubSub
-from redis.exceptions import RedisError
 from starlette.datastructures import Headers
 
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import ErrorCode, GatewayError, StoreUnavailable
 from gateway.keys.credentials import BEARER, Credential, described, read_key
 from gateway.keys.store import KeyRecord, KeyStore, TeamInfo, hash_secret
 from gateway.limits.spec import LimitSet
-from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
-from gateway.redis.client import RedisClient
-from gateway.redis.subscribe import open_subscriber
 
 _MAX_CACHED = 50_000
 log = logging.getLogger("sluicegate.auth")
@@ -134,7 +128,7 @@ class Authenticator:
                 value = await asyncio.shield(pending)
             answered = True
             self._breaker.answered()
-        except (RedisError, TimeoutError) as exc:
+        except (StoreUnavailable, TimeoutError) as exc:
             self._breaker.failed("key lookup", exc, started)
             if cached is not None and cached[0] is not None:
                 # What this replica saw moments ago keeps working through a Redis blip.
@@ -168,31 +162,14 @@ class Authenticator:
         """Drops a secret hash, or `team:<name>`, from the cache."""
         self._cache.pop(entry, None)
 
-    async def follow_invalidations(self, redis: RedisClient) -> None:
+    async def follow_invalidations(self) -> None:
         """Runs for the app's life: drops every secret hash published on the channel. Whatever was
         published while the subscription was down is unknown, so each (re)subscription marks every
         entry stale: each is read again, but still serves if that read fails (a Redis that is back
         but still loading answers SUBSCRIBE yet not reads). During the outage itself cached keys
         keep working: a revocation needs Redis too. On a cluster, a lost subscription moves to the
         next node (gateway/redis/subscribe.py); until it is back, the cache TTL is the bound."""
-        backoff = 0.1
-        attempt = 0
-        while True:
-            pubsub: PubSub | None = None
-            try:
-                pubsub = await open_subscriber(redis, attempt)
-                await pubsub.subscribe(redis_keys.KEY_INVALIDATIONS)
-                self._cache = {entry: (value, 0.0) for entry, (value, _) in self._cache.items()}
-                backoff = 0.1
-                async for message in pubsub.listen():
-                    if message["type"] == "message":
-                        self.forget(redis_keys.as_text(message["data"]))
-            except (RedisError, OSError) as exc:
-                log.warning("key invalidation feed lost (%s); retrying", type(exc).__name__)
-                attempt += 1  # on a cluster: the next node
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-            finally:
-                if pubsub is not None:
-                    with contextlib.suppress(RedisError, OSError):
-                        await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
+        await self._store.follow_invalidations(self.forget, self._all_stale)
+
+    def _all_stale(self) -> None:
+        self._cache = {entry: (value, 0.0) for entry, (value, _) in self._cache.items()}

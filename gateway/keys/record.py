@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
-from redis.typing import EncodableT
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.limits.spec import LimitSet
+from gateway.redis.keys import EncodableT
 
 # Check with fullmatch: `.match` stops at `$`, which also matches before a trailing newline. The
 # anchors stay for the OpenAPI schema, whose patterns are unanchored searches.

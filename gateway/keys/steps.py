@@ -22,10 +22,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from redis.typing import EncodableT
-
 from gateway.redis import keys as redis_keys
 from gateway.redis.client import RedisClient
+from gateway.redis.keys import EncodableT
 from gateway.redis.scripts import load_script
 
 Checkpoint = Callable[[str], Awaitable[None]]

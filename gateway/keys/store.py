@@ -35,8 +35,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from redis.typing import EncodableT
-
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keys import deletion, listing, rotation
 from gateway.keys.record import (
@@ -59,6 +57,9 @@ from gateway.keys.steps import Checkpoint, RecordScripts, no_checkpoint
 from gateway.limits.spec import NO_LIMITS, LimitSet
 from gateway.redis import keys as redis_keys
 from gateway.redis.client import RedisClient
+from gateway.redis.keys import EncodableT
+from gateway.redis.store import RedisStore
+from gateway.redis.subscribe import follow
 
 __all__ = [
     "KEEP",
@@ -98,11 +99,11 @@ class _Keep(enum.Enum):
 KEEP = _Keep.KEEP
 
 
-class KeyStore:
+class KeyStore(RedisStore):
     def __init__(self, redis: RedisClient, *, checkpoint: Checkpoint = no_checkpoint) -> None:
         """`checkpoint`: awaited with the name of each write step before it runs (a test's
         seam to stop a write half-way, gateway/keys/steps.py)."""
-        self._redis = redis
+        super().__init__(redis)
         self._scripts = RecordScripts(redis)
         self._step = checkpoint
 
@@ -112,7 +113,7 @@ class KeyStore:
         created_at = time.time()
         record = redis_keys.team(name)
         await self._step("team.list")
-        await self._redis.sadd(redis_keys.TEAMS, name)
+        await self.redis.sadd(redis_keys.TEAMS, name)
         await self._step("team.create")
         fields: dict[str, EncodableT] = {
             "name": name,
@@ -125,7 +126,7 @@ class KeyStore:
         # Again: a deletion of a team of this name, finishing meanwhile, may have unlisted it
         # after the first (deletion.py lists it back only if it sees this record).
         await self._step("team.relist")
-        await self._redis.sadd(redis_keys.TEAMS, name)
+        await self.redis.sadd(redis_keys.TEAMS, name)
         if journal is not None:
             await self._step("team.journal")
             await journal.write("team.created", team=name, before={}, after=limits.as_dict())
@@ -133,7 +134,7 @@ class KeyStore:
 
     async def team_limits(self, name: str) -> LimitSet | None:
         """None when the team does not exist."""
-        raw = await self._redis.hmget(redis_keys.team(name), ["name", "limits"])
+        raw = await self.redis.hmget(redis_keys.team(name), ["name", "limits"])
         return LimitSet.from_json(raw[1]) if raw[0] else None
 
     async def team_info(self, name: str) -> TeamInfo | None:
@@ -142,12 +143,12 @@ class KeyStore:
         team deleted meanwhile is not brought back as a bare hash with an id (record_swap.lua
         writes only to an existing record)."""
         record = redis_keys.team(name)
-        raw = await self._redis.hmget(record, ["name", "limits", "id"])
+        raw = await self.redis.hmget(record, ["name", "limits", "id"])
         if not raw[0]:
             return None
         if not raw[2]:
             await self._scripts.swap(record, {"id": ""}, {"id": new_team_id()})
-            raw = await self._redis.hmget(record, ["name", "limits", "id"])
+            raw = await self.redis.hmget(record, ["name", "limits", "id"])
             if not raw[0] or not raw[2]:
                 return None
         return TeamInfo(LimitSet.from_json(raw[1]), redis_keys.as_text(raw[2]))
@@ -159,7 +160,7 @@ class KeyStore:
         for _ in range(_MAX_TRIES):
             # Read, merge, then write only if the limits are still the ones read: two concurrent
             # updates cannot lose one another, and the journal's old values are the ones replaced.
-            raw = await self._redis.hmget(record, ["name", "limits"])
+            raw = await self.redis.hmget(record, ["name", "limits"])
             if not raw[0]:
                 raise TeamNotFoundError(name)
             current = LimitSet.from_json(raw[1])
@@ -193,7 +194,7 @@ class KeyStore:
         """New limits, and optionally new models (None: every model) and expiry (None: never). A
         revoked key cannot change: it would read as if it could be used again."""
         for _ in range(_MAX_TRIES):
-            secret_hash, raw = await rotation.current_raw(self._redis, key_id)
+            secret_hash, raw = await rotation.current_raw(self.redis, key_id)
             record = KeyRecord.from_hash(raw)
             if record.revoked:
                 raise KeyRevokedError(key_id)
@@ -222,7 +223,7 @@ class KeyStore:
             )
             # A rotation that moved the key to a new secret meanwhile copied the old record: go
             # again, onto the new one (merging the same changes twice gives the same limits).
-            if written == 1 and await rotation.pointer(self._redis, key_id) == secret_hash:
+            if written == 1 and await rotation.pointer(self.redis, key_id) == secret_hash:
                 break
         else:
             raise _busy(
@@ -236,7 +237,7 @@ class KeyStore:
 
     async def team(self, name: str) -> dict[str, object]:
         """The team's name, created_at and limits (as the admin API shows them)."""
-        raw = await self._redis.hmget(redis_keys.team(name), TEAM_FIELDS)
+        raw = await self.redis.hmget(redis_keys.team(name), TEAM_FIELDS)
         if not raw[0]:
             raise TeamNotFoundError(name)
         return team_view(name, raw)
@@ -244,9 +245,9 @@ class KeyStore:
     async def teams(self) -> list[dict[str, object]]:
         """Every team as `team` shows it, in two round trips (on a cluster, the second is one per
         node, in parallel: each team's record lives on its own slot)."""
-        names = sorted(redis_keys.as_text(m) for m in await self._redis.smembers(redis_keys.TEAMS))
+        names = sorted(redis_keys.as_text(m) for m in await self.redis.smembers(redis_keys.TEAMS))
         raws = await listing.each(
-            self._redis, [("hmget", redis_keys.team(name), TEAM_FIELDS) for name in names]
+            self.redis, [("hmget", redis_keys.team(name), TEAM_FIELDS) for name in names]
         )
         # A name whose record is gone (a deletion meanwhile, or one that stopped half-way) is left
         # out, not shown half.
@@ -257,7 +258,7 @@ class KeyStore:
     ) -> list[str]:
         """Revokes every key of the team and removes it: see gateway/keys/deletion.py."""
         return await deletion.delete_team(
-            self._redis,
+            self.redis,
             self._scripts,
             name,
             journal=journal,
@@ -267,7 +268,7 @@ class KeyStore:
         )
 
     async def team_exists(self, name: str) -> bool:
-        return bool(await self._redis.exists(redis_keys.team(name)))
+        return bool(await self.redis.exists(redis_keys.team(name)))
 
     async def list_teams(self) -> list[str]:
         """Every team's name, sorted; a listed name whose record is gone is left out."""
@@ -306,9 +307,9 @@ class KeyStore:
         await self._step("key.create")
         await self._scripts.create(stored, record.fields(), ttl_s=UNFINISHED_S)
         await self._step("key.point")
-        await self._redis.set(pointer, secret_hash, ex=UNFINISHED_S)
+        await self.redis.set(pointer, secret_hash, ex=UNFINISHED_S)
         await self._step("key.list")
-        await self._redis.sadd(redis_keys.team_keys(team), record.id)
+        await self.redis.sadd(redis_keys.team_keys(team), record.id)
         # A deletion of the team running meanwhile may not have seen this key (listed only
         # now). The key dies with the team all the same (its team id names the deleted team);
         # and once the team is gone, its secret is not handed out at all.
@@ -322,16 +323,16 @@ class KeyStore:
             after = {"name": record.name, **record.changeable()}
             await journal.write("key.created", team=team, key_id=record.id, before={}, after=after)
         await self._step("key.keep_pointer")
-        await self._redis.persist(pointer)
+        await self.redis.persist(pointer)
         # The last step: until it, the record goes by itself if the creation stops.
         await self._step("key.keep")
-        await self._redis.persist(stored)
+        await self.redis.persist(stored)
         # A team's deletion that marked the record since the team check gave it and the pointer
         # a TTL, which the PERSISTs above took away: give it back (a mark after this read sets
         # its own), or the dead record stays for good.
-        if await self._redis.hexists(stored, "revoked_at"):
-            await self._redis.expire(stored, _RETIRED_RECORD_SLACK_S)
-            await self._redis.expire(pointer, _RETIRED_RECORD_SLACK_S)
+        if await self.redis.hexists(stored, "revoked_at"):
+            await self.redis.expire(stored, _RETIRED_RECORD_SLACK_S)
+            await self.redis.expire(pointer, _RETIRED_RECORD_SLACK_S)
         return record, secret
 
     async def rotate(
@@ -340,7 +341,7 @@ class KeyStore:
         """A new secret for the same key; the old one keeps working for `grace_s`, then stops
         (gateway/keys/rotation.py)."""
         return await rotation.rotate(
-            self._redis,
+            self.redis,
             self._scripts,
             key_id,
             grace_s,
@@ -352,31 +353,38 @@ class KeyStore:
         )
 
     async def lookup(self, secret_hash: str) -> KeyRecord | None:
-        raw = await self._redis.hgetall(redis_keys.key_by_hash(secret_hash))
+        raw = await self.redis.hgetall(redis_keys.key_by_hash(secret_hash))
         return KeyRecord.from_hash(raw) if raw else None
 
     async def list_keys(self, team: str) -> list[KeyRecord]:
-        members = await self._redis.smembers(redis_keys.team_keys(team))
-        return await listing.records(self._redis, sorted(redis_keys.as_text(m) for m in members))
+        members = await self.redis.smembers(redis_keys.team_keys(team))
+        return await listing.records(self.redis, sorted(redis_keys.as_text(m) for m in members))
 
     async def list_all_keys(self) -> list[KeyRecord]:
         """Every key of every team, by team then creation time: a few round trips in all, each
         fanned out over the nodes on a cluster."""
         teams = await self.list_teams()
-        sets = await listing.each(self._redis, [("smembers", redis_keys.team_keys(team)) for team in teams])
+        sets = await listing.each(self.redis, [("smembers", redis_keys.team_keys(team)) for team in teams])
         ids = sorted(redis_keys.as_text(m) for members in sets for m in members)
-        records = await listing.records(self._redis, ids)
+        records = await listing.records(self.redis, ids)
         return sorted(records, key=lambda r: (r.team, r.created_at))
 
     async def key(self, key_id: str) -> KeyRecord:
         """The key's current record, with when it was last used; KeyNotFoundError if none."""
-        _, raw = await rotation.current_raw(self._redis, key_id)
-        return (await listing.with_last_use(self._redis, [KeyRecord.from_hash(raw)]))[0]
+        _, raw = await rotation.current_raw(self.redis, key_id)
+        return (await listing.with_last_use(self.redis, [KeyRecord.from_hash(raw)]))[0]
 
     async def revoke(self, key_id: str, *, journal: Journal | None = None) -> tuple[KeyRecord, list[str]]:
         """Marks the key, and every secret a rotation left alive, revoked; returns the record and
         the hashes so this replica can drop them at once (others hear it on the channel)."""
-        return await rotation.revoke(self._redis, self._scripts, key_id, journal=journal, step=self._step)
+        return await rotation.revoke(self.redis, self._scripts, key_id, journal=journal, step=self._step)
+
+    async def follow_invalidations(
+        self, forget: Callable[[str], None], all_stale: Callable[[], None]
+    ) -> None:
+        """Runs until cancelled: each secret hash a key change publishes goes to `forget`;
+        `all_stale` after each (re)subscription (what was published while it was down is unknown)."""
+        await follow(self.redis, redis_keys.KEY_INVALIDATIONS, forget, all_stale, what="key invalidation")
 
 
 def _busy(message: str) -> GatewayError:

@@ -18,23 +18,16 @@ from __future__ import annotations
 import asyncio
 import enum
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from redis.exceptions import RedisError
-
-from gateway.errors import ErrorCode, GatewayError
-from gateway.limits.leases import Lease, LeaseKeeper
+from gateway.errors import ErrorCode, GatewayError, StoreUnavailable
+from gateway.limits.leases import Lease, LeaseKeeper, RenewStore
 from gateway.limits.spec import TokenCount
 from gateway.metering.record import UsageRecord
 from gateway.observability.metrics import Metrics
 from gateway.pricing import Price, amount, from_nano
-from gateway.redis import keys as redis_keys
-from gateway.redis.breaker import RedisBreaker
-from gateway.redis.client import RedisClient
-from gateway.redis.scripts import load_script
 
 
 class LimitKind(enum.Enum):
@@ -268,24 +261,33 @@ class Compensator(Protocol):
     def submit(self, usage: UsageRecord) -> None: ...
 
 
+class AdmitStore(RenewStore, Protocol):
+    """Admission's store (gateway/limits/limit_store.py): admit.lua's reply in one round trip,
+    bounded in time, the breaker told; raises StoreUnavailable. `available` is False while the
+    breaker is open. It renews the concurrency slots admissions take."""
+
+    @property
+    def available(self) -> bool: ...
+
+    async def admit(
+        self, team: str, request_id: str, limit_keys: list[str], args: Sequence[Any]
+    ) -> list[Any]: ...
+
+
 class RateLimiter:
     def __init__(
         self,
-        redis: RedisClient,
+        store: AdmitStore,
         metrics: Metrics,
-        breaker: RedisBreaker,
         compensator: Compensator,
         *,
-        timeout_s: float,
         fail_open: bool = False,
         lease_s: float = CONCURRENCY_LEASE_S,
     ) -> None:
-        self.leases = LeaseKeeper(redis, lease_s=lease_s, timeout_s=timeout_s)
-        self._breaker = breaker
+        self.leases = LeaseKeeper(store, lease_s=lease_s)
+        self._store = store
         self._compensator = compensator
-        self._script = load_script(redis, "admit")
         self._metrics = metrics
-        self._timeout_s = timeout_s
         self._fail_open = fail_open
 
     def _unavailable(self, reservation: Reservation) -> Admission:
@@ -367,18 +369,14 @@ class RateLimiter:
                 fixed, per_output = money_costs(limit.price, prompt) if limit.price else (0, 0)
                 words.append(f"b {limit.amount} {limit.period_s} ${fixed}x{per_output} ")
         args = (request_id, asked, least, max(1, step), prompt, "".join(words))
-        if self._breaker.open:
+        store = self._store
+        if not store.available:
             # A call moments ago failed: do not wait out another timeout.
             return self._unavailable(reservation)
-        started = time.monotonic()
         try:
-            async with asyncio.timeout(self._timeout_s):
-                # A comprehension, not a generator unpacked: one call, not one resumption a limit.
-                keys = [limit.redis_key for limit in limits]
-                keys.append(redis_keys.admission_marker(team, request_id))
-                reply = await self._script(keys=keys, args=args)
-        except (RedisError, TimeoutError) as exc:
-            self._breaker.failed("admission", exc, started)
+            # A comprehension, not a generator unpacked: one call, not one resumption a limit.
+            reply = await store.admit(team, request_id, [limit.redis_key for limit in limits], args)
+        except StoreUnavailable:
             self._void(team, limits, request_id, prompt)
             return self._unavailable(reservation)
         except asyncio.CancelledError:
@@ -386,8 +384,6 @@ class RateLimiter:
             # what it may have charged is given back the same way.
             self._void(team, limits, request_id, prompt)
             raise
-        if self._breaker.in_a_row:  # a call per request saved: it is 0 nearly always
-            self._breaker.answered()
         states = tuple(
             [
                 LimitState(limit, int(reply[4 + i * 3]), float(reply[5 + i * 3]), float(reply[6 + i * 3]))

@@ -16,16 +16,21 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
+from typing import Any, Protocol
 
-from redis.exceptions import RedisError
-
-from gateway.redis.client import RedisClient
-from gateway.redis.scripts import load_script
+from gateway.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 # Renewals per lease: two may fail (a Redis hiccup) before a running request's slot lapses.
 RENEWALS_PER_LEASE = 3
+
+
+class RenewStore(Protocol):
+    """Renews slots (gateway/limits/limit_store.py): one renew.lua call per (keys, args), all in
+    one round trip, bounded in time; raises StoreUnavailable."""
+
+    async def renew(self, batches: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> None: ...
 
 
 class Lease:
@@ -43,10 +48,9 @@ class Lease:
 
 
 class LeaseKeeper:
-    def __init__(self, redis: RedisClient, *, lease_s: float, timeout_s: float) -> None:
+    def __init__(self, store: RenewStore, *, lease_s: float) -> None:
         self.lease_s = lease_s
-        self._script = load_script(redis, "renew")
-        self._timeout_s = timeout_s
+        self._store = store
         self._held: dict[Lease, None] = {}  # insertion-ordered set
         self._task: asyncio.Task[None] | None = None
         self.renewals = 0  # round trips that renewed (tests and the hot-path note count them)
@@ -83,12 +87,11 @@ class LeaseKeeper:
                 if not self._held:
                     return
                 try:
-                    async with asyncio.timeout(self._timeout_s):
-                        await self._renew()
+                    await self._renew()
                     self.renewals += 1
-                except (RedisError, OSError, TimeoutError) as exc:
+                except StoreUnavailable as exc:
                     # The next tick tries again; the lease has room for two misses.
-                    log.warning("concurrency lease renewal failed: %s", type(exc).__name__)
+                    log.warning("concurrency lease renewal failed: %s", exc.reason)
         finally:
             if self._task is asyncio.current_task():
                 self._task = None
@@ -99,6 +102,6 @@ class LeaseKeeper:
             by_team.setdefault(lease.team, []).extend(lease.slots)
         # A Redis that lost the script (restart, failover) has it loaded and the batch sent again.
         lease_s = self.lease_s
-        await self._script.run_batch(
+        await self._store.renew(
             [([key for key, _ in slots], (lease_s, *(rid for _, rid in slots))) for slots in by_team.values()]
         )

@@ -4,16 +4,18 @@ so what it reports is what the next admission would see."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from redis.exceptions import RedisError
-
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import StoreUnavailable
 from gateway.limits.admission import Limit, LimitKind
-from gateway.redis.client import RedisClient
-from gateway.redis.scripts import load_script
+
+
+class PeekStore(Protocol):
+    """peek.lua's reply for `limit_keys` (gateway/limits/limit_store.py); raises StoreUnavailable."""
+
+    async def peek(self, limit_keys: list[str], args: Sequence[Any]) -> list[Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +27,8 @@ class Remaining:
 
 
 class LimitReader:
-    def __init__(self, redis: RedisClient, *, timeout_s: float) -> None:
-        self._script = load_script(redis, "peek")
-        self._timeout_s = timeout_s
+    def __init__(self, store: PeekStore) -> None:
+        self._store = store
 
     async def remaining(self, limits: Sequence[Limit]) -> list[Remaining]:
         """One round trip for all of `limits` (all of one team: they share its hash tag)."""
@@ -42,11 +43,10 @@ class LimitReader:
             else:
                 args += ("g", limit.amount, limit.period_s)
         try:
-            async with asyncio.timeout(self._timeout_s):
-                reply = await self._script(keys=[limit.redis_key for limit in limits], args=args)
-        except (RedisError, TimeoutError):
-            raise GatewayError(
-                ErrorCode.REDIS_UNAVAILABLE, "The rate limiter is unavailable; try again shortly."
+            reply = await self._store.peek([limit.redis_key for limit in limits], args)
+        except StoreUnavailable as exc:
+            raise StoreUnavailable(
+                exc.reason, "The rate limiter is unavailable; try again shortly."
             ) from None
         return [
             Remaining(limit, int(reply[i * 3]), int(reply[i * 3 + 1]), float(reply[i * 3 + 2]))

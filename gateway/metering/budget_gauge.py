@@ -18,40 +18,42 @@ import contextlib
 import datetime as dt
 import logging
 import secrets
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Gauge
-from redis.exceptions import RedisError
 
-from gateway.keys import listing
+from gateway.errors import StoreUnavailable
 from gateway.keys.store import KeyStore
 from gateway.limits.plans import budget_periods
 from gateway.limits.spec import parse_limits
 from gateway.redis import keys as redis_keys
-from gateway.redis.client import RedisClient
-from gateway.redis.scripts import load_script
 
 log = logging.getLogger("sluicegate.budgets")
 
 GAUGE = "sluicegate_team_monthly_cost_budget_used_ratio"
-LEASE_KEY = f"{redis_keys.PREFIX}:{{budget-export}}:lease"
 _LEASES_PER_INTERVAL = 3
+
+
+class BudgetReads(Protocol):
+    """gateway/metering/budget_store.py; each raises StoreUnavailable."""
+
+    async def hold_lease(self, holder: str, lease_ms: int) -> bool: ...
+
+    async def spent(self, counter_keys: list[str]) -> list[int]: ...
 
 
 class BudgetGauge:
     def __init__(
         self,
-        redis: RedisClient,
+        store: BudgetReads,
         keystore: KeyStore,
         registry: CollectorRegistry,
         *,
         interval_s: float,
         timeout_s: float,
-        lease_key: str = LEASE_KEY,  # replicas that share a Redis share it
     ) -> None:
-        self._lease_key = lease_key
-        self._redis = redis
+        self._store = store
         self._keystore = keystore
-        self._lease = load_script(redis, "export_lease")
         self._id = secrets.token_hex(8)  # this replica, among those sharing the Redis
         self._interval_s = interval_s
         self._timeout_s = timeout_s
@@ -78,15 +80,16 @@ class BudgetGauge:
             try:
                 async with asyncio.timeout(4 * self._timeout_s):
                     await self.export()
-            except (RedisError, TimeoutError) as exc:
+            except (StoreUnavailable, TimeoutError) as exc:
                 self.gauge.clear()  # not known to be the holder: export nothing
-                log.warning("budget export failed: %s", type(exc).__name__)
+                reason = exc.reason if isinstance(exc, StoreUnavailable) else type(exc).__name__
+                log.warning("budget export failed: %s", reason)
             await asyncio.sleep(self._interval_s)
 
     async def export(self, now: dt.datetime | None = None) -> bool:
         """One round: True when this replica holds the lease (and so exports the series)."""
         lease_ms = int(self._interval_s * _LEASES_PER_INTERVAL * 1000)
-        if not await self._lease(keys=[self._lease_key], args=[self._id, lease_ms]):
+        if not await self._store.hold_lease(self._id, lease_ms):
             self.gauge.clear()
             return False
         now = now or dt.datetime.now(dt.UTC)
@@ -100,8 +103,8 @@ class BudgetGauge:
             for period in budget_periods(limits, "", f"team {name}", redis_keys.rate_limits(name), now):
                 if period.limit.name == "monthly_cost":
                     budgets.append((name, period.limit.redis_key, period.limit.amount))
-        spent = await listing.each(self._redis, [("get", key) for _, key, _ in budgets])
+        spent = await self._store.spent([key for _, key, _ in budgets])
         self.gauge.clear()  # teams whose budget went away stop being exported
         for (name, _, budget), used in zip(budgets, spent, strict=True):
-            self.gauge.labels(name).set(int(used or 0) / budget)
+            self.gauge.labels(name).set(used / budget)
         return True

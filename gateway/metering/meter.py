@@ -28,20 +28,15 @@ import datetime as dt
 import logging
 import time
 from collections import defaultdict, deque
+from typing import Protocol
 
-from redis.exceptions import RedisError
-
+from gateway.errors import StoreUnavailable
 from gateway.metering.record import UsageRecord
 from gateway.metering.spool import Spool
 from gateway.observability.metrics import Metrics
-from gateway.redis import keys as redis_keys
-from gateway.redis.client import RedisClient
-from gateway.redis.scripts import load_script
 
 log = logging.getLogger("sluicegate.metering")
 
-_MARKER_TTL_S = 24 * 3600
-_USAGE_TTL_S = 400 * 24 * 3600
 COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "errors", "disconnects", "cost_nano")
 # How long a written batch is kept, to be written again if a later write fails: what a primary
 # acknowledged just before it died may never have reached the replica that replaces it (Redis
@@ -50,50 +45,18 @@ COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "errors", "disconn
 _REWRITE_WINDOW_S = 5.0
 
 
-def _keys(usage: UsageRecord) -> list[str]:
-    keys = [
-        redis_keys.request_marker(usage.team, usage.request_id),
-        redis_keys.usage_day(usage.team, usage.day),
-        redis_keys.usage_days(usage.team),
-        redis_keys.admission_marker(usage.team, usage.request_id),
-        redis_keys.key_last_used(usage.team),
-    ]
-    keys.extend([key for key, _, _ in usage.settlements])  # one call, not a resumption per key
-    return keys
+class UsageWrites(Protocol):
+    """The usage store (gateway/metering/usage_store.py): settle.lua per record, a batch in one
+    round trip, bounded in time; the day sets and day hashes of teams, one round trip each. Each
+    raises StoreUnavailable."""
 
+    async def settle(self, batch: list[UsageRecord]) -> None: ...
 
-def _costed(usage: UsageRecord) -> bool:
-    """Written with its cost: every record since costs are recorded (all of them have an api)."""
-    return bool(usage.api and usage.price_version)
+    async def record(self, usage: UsageRecord) -> bool: ...
 
+    async def days(self, teams: list[str]) -> list[list[str]]: ...
 
-def _field_prefix(usage: UsageRecord) -> str:
-    # A record spooled before the api (or its cost) existed has none: it is written in the layout
-    # it came from.
-    if _costed(usage):
-        if usage.served_by:  # an overflow provider's usage: rows of their own
-            return f"{usage.key_id}|{usage.model}|{usage.api}|{usage.price_version}|{usage.served_by}"
-        return f"{usage.key_id}|{usage.model}|{usage.api}|{usage.price_version}"
-    if usage.api:
-        return f"{usage.key_id}|{usage.model}|{usage.api}"
-    return f"{usage.key_id}|{usage.model}"
-
-
-def _args(usage: UsageRecord) -> list[str | int]:
-    return [
-        _MARKER_TTL_S,
-        _USAGE_TTL_S,
-        usage.day,
-        _field_prefix(usage),
-        usage.prompt_tokens,
-        usage.completion_tokens,
-        int(usage.error),
-        int(usage.disconnected),
-        int(usage.void),
-        # One string, not two arguments per limit: the client formats each argument on its own.
-        "".join([f"{kind} {argument} " for _, kind, argument in usage.settlements]),
-        usage.cost_nano if _costed(usage) else 0,
-    ]
+    async def day_counters(self, wanted: list[tuple[str, str]]) -> list[dict[bytes, bytes]]: ...
 
 
 class Meter:
@@ -104,17 +67,14 @@ class Meter:
 
     def __init__(
         self,
-        redis: RedisClient,
+        store: UsageWrites,
         metrics: Metrics,
         *,
-        timeout_s: float,
         max_pending: int = 100_000,
         max_batch: int = 512,
     ) -> None:
-        self._redis = redis
-        self._script = load_script(redis, "settle")
+        self._store = store
         self._metrics = metrics
-        self._timeout_s = timeout_s
         self._max_pending = max_pending
         self._max_batch = max_batch
         self._pending: deque[UsageRecord] = deque()
@@ -174,20 +134,19 @@ class Meter:
                 queue = self._rewrite or self._pending
                 batch = [queue.popleft() for _ in range(min(self._max_batch, len(queue)))]
                 try:
-                    async with asyncio.timeout(self._timeout_s):
-                        await self._write(batch)
+                    await self._store.settle(batch)
                     self._keep_written(batch)
                 except asyncio.CancelledError:
                     # Cancelled mid-write (shutdown, or a report's caller gave up): keep the batch;
                     # writes are idempotent, so one that did land is not counted twice.
                     queue.extendleft(reversed(batch))
                     raise
-                except (RedisError, TimeoutError) as exc:
+                except StoreUnavailable as exc:
                     queue.extendleft(reversed(batch))
                     self._repeat_written()
                     self._metrics.metering_failures.inc()
                     self._metrics.metering_pending.set(len(self._pending))
-                    log.warning("usage write failed, %d pending: %s", len(self._pending), type(exc).__name__)
+                    log.warning("usage write failed, %d pending: %s", len(self._pending), exc.reason)
                     return False
             self._metrics.metering_pending.set(0)
             return True
@@ -208,19 +167,9 @@ class Meter:
         while len(self._rewrite) > self._max_pending:
             self._rewrite.popleft()  # the oldest: a failover loses the last writes before it
 
-    async def _write(self, batch: list[UsageRecord]) -> None:
-        """One pipelined round trip of EVALSHA (`Script.run_batch`: no SCRIPT EXISTS first, the whole
-        batch again after NOSCRIPT): settle.lua counts each request id once, so the records that
-        did land are not counted twice. One record (every batch when requests come
-        one at a time) goes as a plain EVALSHA: a pipeline's own machinery costs more than it."""
-        if len(batch) == 1:
-            await self.record(batch[0])  # reloads the script on NOSCRIPT itself
-            return
-        await self._script.run_batch([(_keys(usage), _args(usage)) for usage in batch])
-
     async def record(self, usage: UsageRecord) -> bool:
         """Writes one record now: True when written, False when its request id was already."""
-        return bool(await self._script(keys=_keys(usage), args=_args(usage)))
+        return await self._store.record(usage)
 
     async def report(
         self, teams: list[str], since: dt.date | None, until: dt.date | None
@@ -230,24 +179,16 @@ class Meter:
         await self.flush()
         if not teams:
             return []
-        # Two round trips for every team at once, not two per team: each is a pipeline of
-        # one-key reads, which a cluster client splits per node and sends in parallel.
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for team in teams:
-                pipe.smembers(redis_keys.usage_days(team))
-            day_sets = await pipe.execute()
+        day_sets = await self._store.days(teams)
         wanted = [
             (team, day)
-            for team, members in zip(teams, day_sets, strict=True)
-            for day in sorted(redis_keys.as_text(d) for d in members)
+            for team, days in zip(teams, day_sets, strict=True)
+            for day in days
             if (since is None or day >= since.isoformat()) and (until is None or day <= until.isoformat())
         ]
         if not wanted:
             return []
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for team, day in wanted:
-                pipe.hgetall(redis_keys.usage_day(team, day))
-            hashes = await pipe.execute()
+        hashes = await self._store.day_counters(wanted)
         rows: list[dict[str, object]] = []
         for (team, day), raw in zip(wanted, hashes, strict=True):
             rows.extend(_rows_of_day(team, day, raw))

@@ -36,8 +36,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.redis import keys
-from gateway.redis.client import RedisClient
 from gateway.redis.shared_secret import SharedSecret
 
 # What vLLM accepts now and after its tightening (vllm PR 57609: at most 128 characters, none of
@@ -129,8 +127,9 @@ class SaltScope:
 class CacheSalts:
     """The secret, configured or minted once into Redis, and the salts derived with it."""
 
-    def __init__(self, redis: RedisClient, configured: str | None, *, timeout_s: float) -> None:
-        self._shared = SharedSecret(redis, keys.CACHE_SALT_SECRET, configured, timeout_s=timeout_s)
+    def __init__(self, shared: SharedSecret) -> None:
+        """`shared`: the secret's store, gateway/redis/shared_secret.py (keys.CACHE_SALT_SECRET)."""
+        self._shared = shared
         self._derived: dict[tuple[str, str, str, str | None], str | None] = {}  # for SaltScope
 
     async def secret(self) -> bytes:

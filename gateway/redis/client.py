@@ -176,6 +176,13 @@ def _connect_cluster(url: str, settings: Settings, common: dict[str, Any]) -> Re
     return client
 
 
+def plain_client(url: str) -> RedisClient:
+    """A plain client for one short job outside the app (the demo's key): redis-py's defaults,
+    no lean connections; closed with `close_redis`."""
+    validate_redis_url(url)
+    return Redis.from_url(url)
+
+
 def connect_redis(settings: Settings) -> RedisClient:
     """A bounded pool (past `redis_max_connections` a call fails at once with a clear 503; on a
     cluster, the bound is per node).

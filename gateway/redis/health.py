@@ -16,6 +16,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from gateway.redis.client import RedisClient
+from gateway.redis.store import RedisStore
 
 log = logging.getLogger("sluicegate.redis")
 
@@ -51,3 +52,10 @@ async def _ping(redis: RedisClient) -> None:
         await redis.ping(target_nodes=RedisCluster.PRIMARIES)
     else:
         await redis.ping()
+
+
+class Readiness(RedisStore):
+    """/readyz's question: does Redis answer a PING now (bounded by the caller)?"""
+
+    async def ping(self) -> None:
+        await self.redis.ping()

@@ -7,6 +7,11 @@ can never contain a brace.
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
+# A value a command takes (redis-py's EncodableT, named here so no caller imports redis-py).
+EncodableT: TypeAlias = bytes | bytearray | memoryview | str | int | float
+
 PREFIX = "sg"
 TEAMS = f"{PREFIX}:teams"
 KEY_INVALIDATIONS = f"{PREFIX}:keys:invalidate"  # pub/sub channel: secret hashes to drop from caches

@@ -14,7 +14,7 @@ import secrets
 
 from redis.exceptions import RedisError
 
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import StoreUnavailable
 from gateway.redis.client import RedisClient
 
 
@@ -36,9 +36,9 @@ class SharedSecret:
         try:
             async with asyncio.timeout(self._timeout_s):
                 self.known = await asyncio.shield(self._loading)
-        except (RedisError, OSError, TimeoutError):
-            raise GatewayError(
-                ErrorCode.REDIS_UNAVAILABLE, "The key store is unavailable; try again shortly."
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise StoreUnavailable(
+                type(exc).__name__, "The key store is unavailable; try again shortly."
             ) from None
         return self.known
 

@@ -13,11 +13,19 @@ on the next node; the caller counts attempts, so a dead node is not retried firs
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisClusterException
+from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.redis.client import ClusterUnavailableError, RedisClient
+from gateway.redis.keys import as_text
+
+log = logging.getLogger("sluicegate.redis")
 
 
 async def open_subscriber(redis: RedisClient, attempt: int) -> PubSub:
@@ -33,3 +41,37 @@ async def open_subscriber(redis: RedisClient, attempt: int) -> PubSub:
     if not nodes:
         raise ClusterUnavailableError("no cluster node known")
     return redis.pubsub(node=nodes[attempt % len(nodes)], ignore_subscribe_messages=True)
+
+
+async def follow(
+    redis: RedisClient,
+    channel: str,
+    on_message: Callable[[str], None],
+    on_subscribed: Callable[[], None],
+    *,
+    what: str,
+) -> None:
+    """Runs until cancelled: each message's text to `on_message`; `on_subscribed` after each
+    (re)subscription (what was published while it was down is unknown). A lost subscription is
+    opened again, on a cluster on the next node, with a backoff."""
+    backoff = 0.1
+    attempt = 0
+    while True:
+        pubsub: PubSub | None = None
+        try:
+            pubsub = await open_subscriber(redis, attempt)
+            await pubsub.subscribe(channel)
+            on_subscribed()
+            backoff = 0.1
+            async for message in pubsub.listen():
+                if message["type"] == "message":
+                    on_message(as_text(message["data"]))
+        except (RedisError, OSError) as exc:
+            log.warning("%s feed lost (%s); retrying", what, type(exc).__name__)
+            attempt += 1  # on a cluster: the next node
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+        finally:
+            if pubsub is not None:
+                with contextlib.suppress(RedisError, OSError):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py

@@ -34,13 +34,10 @@ import os
 import struct
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from redis.exceptions import RedisError
-
+from gateway.errors import StoreUnavailable
 from gateway.observability.metrics import Metrics
-from gateway.redis import keys
-from gateway.redis.client import RedisClient
 from gateway.routing.prefix import HASH_BYTES, PrefixIndex
 
 log = logging.getLogger("sluicegate.routing")
@@ -94,16 +91,23 @@ def decode(payload: bytes) -> list[tuple[str, list[bytes]]]:
     return out
 
 
+class PrefixLog(Protocol):
+    """The shared stream (gateway/routing/prefix_store.py); each raises StoreUnavailable."""
+
+    async def append(self, fields: dict[bytes, bytes], *, max_entries: int, ttl_s: int) -> None: ...
+
+    async def read(self, after: bytes, count: int) -> list[tuple[bytes, Any]]: ...
+
+
 class PrefixShare:
     def __init__(
         self,
-        redis: RedisClient,
+        store: PrefixLog,
         index: PrefixIndex,
         metrics: Metrics,
         *,
         interval_s: float,
         timeout_s: float,
-        key: str | None = None,
         active: Callable[[], bool] = lambda: True,
         endpoints: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
@@ -112,12 +116,11 @@ class PrefixShare:
         to the string its pool holds: a record for any other URL (an endpoint this replica does
         not route to, or one made up by whoever else can write to Redis) is not read into the
         index, and the ones read share their URL string instead of holding a copy each."""
-        self._redis = redis
+        self._store = store
         self._index = index
         self._metrics = metrics
         self._interval_s = interval_s
         self._timeout_s = timeout_s
-        self._key = key or keys.prefix_log()
         self._active = active
         self._endpoints = endpoints
         self._failures = 0  # rounds failed in a row
@@ -169,7 +172,7 @@ class PrefixShare:
         try:
             async with asyncio.timeout(self._timeout_s):
                 await self.sync()
-        except (RedisError, TimeoutError, OSError) as exc:
+        except (StoreUnavailable, TimeoutError) as exc:
             self._failed(exc, unexpected=False)
         except Exception as exc:  # a bug, or an entry nobody foresaw: logged, and the loop goes on
             self._failed(exc, unexpected=True)
@@ -184,7 +187,8 @@ class PrefixShare:
             if unexpected:
                 log.exception("prefix index sharing failed; local index only")
             else:
-                log.warning("prefix index sharing failed (%s); local index only", type(exc).__name__)
+                reason = exc.reason if isinstance(exc, StoreUnavailable) else type(exc).__name__
+                log.warning("prefix index sharing failed (%s); local index only", reason)
         self._failures += 1
 
     async def sync(self) -> None:
@@ -214,11 +218,8 @@ class PrefixShare:
                 batch.append((url, blocks))
                 size += record_size
             try:
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    entry = {b"r": self.replica, b"d": encode(batch)}
-                    pipe.xadd(self._key, entry, maxlen=MAX_ENTRIES, approximate=True)  # type: ignore[arg-type]
-                    pipe.expire(self._key, TTL_S)
-                    await pipe.execute()
+                entry = {b"r": self.replica, b"d": encode(batch)}
+                await self._store.append(entry, max_entries=MAX_ENTRIES, ttl_s=TTL_S)
             except BaseException:
                 for record in batch:  # written next round, if still within the bound
                     self.note(*record)
@@ -228,24 +229,21 @@ class PrefixShare:
         """Reads the next entries into the index: (entries read, blocks recorded). Each entry is
         parsed defensively (anyone with access to Redis can write one) and the event loop gets a
         turn after each, so a burst of entries never holds up requests."""
-        reply: Any = await self._redis.xread({self._key: self._last_id}, count=_READ_COUNT)
+        entries = await self._store.read(self._last_id, _READ_COUNT)
         read = recorded = 0
-        # RESP2 answers [[key, entries]], RESP3 {key: entries}.
-        streams = reply.items() if isinstance(reply, dict) else (reply or ())
-        for _stream, entries in streams:
-            for entry_id, fields in entries:
-                read += 1
-                self._last_id = entry_id
-                if not isinstance(fields, dict) or fields.get(b"r") == self.replica:
-                    continue
-                payload = fields.get(b"d")
-                for url, blocks in decode(payload if isinstance(payload, bytes) else b""):
-                    if known is not None:
-                        found = known.get(url)
-                        if found is None:
-                            continue
-                        url = found
-                    self._index.record(blocks, url)
-                    recorded += len(blocks)
-                await asyncio.sleep(0)
+        for entry_id, fields in entries:
+            read += 1
+            self._last_id = entry_id
+            if not isinstance(fields, dict) or fields.get(b"r") == self.replica:
+                continue
+            payload = fields.get(b"d")
+            for url, blocks in decode(payload if isinstance(payload, bytes) else b""):
+                if known is not None:
+                    found = known.get(url)
+                    if found is None:
+                        continue
+                    url = found
+                self._index.record(blocks, url)
+                recorded += len(blocks)
+            await asyncio.sleep(0)
         return read, recorded

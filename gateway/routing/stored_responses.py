@@ -17,16 +17,12 @@ request that wrote it only.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
-from redis.exceptions import RedisError
-
-from gateway.errors import ErrorCode, GatewayError
-from gateway.redis import keys
-from gateway.redis.client import RedisClient
+from gateway.errors import StoreUnavailable
 
 log = logging.getLogger("sluicegate.stored_responses")
 
@@ -46,11 +42,23 @@ class Holder:
     tokens: int = 0  # the conversation's size: the response's prompt and output tokens
 
 
+class Holders(Protocol):
+    """Where holders are kept (gateway/routing/holder_store.py), each call bounded in time;
+    each raises StoreUnavailable."""
+
+    async def put_first(self, response_id: str, value: str, ttl_ms: int) -> bool: ...
+
+    async def replace(self, response_id: str, value: str) -> None: ...
+
+    async def get(self, response_id: str) -> str | None: ...
+
+    async def delete(self, response_id: str) -> None: ...
+
+
 class StoredResponses:
-    def __init__(self, redis: RedisClient, *, ttl_s: float, timeout_s: float) -> None:
-        self._redis = redis
+    def __init__(self, store: Holders, *, ttl_s: float) -> None:
+        self._store = store
         self._ttl_ms = max(1, int(ttl_s * 1000))
-        self._timeout_s = timeout_s
 
     async def remember(self, response_id: str, holder: Holder) -> bool:
         """True if this call wrote the holder (the caller may then `resize` it)."""
@@ -58,37 +66,28 @@ class StoredResponses:
             log.warning("stored response not remembered: the worker's id is not a response id")
             return False
         try:
-            async with asyncio.timeout(self._timeout_s):
-                # NX: the first holder stands; a worker cannot move another team's response.
-                written = await self._redis.set(
-                    keys.stored_response(response_id), _encode(holder), nx=True, px=self._ttl_ms
-                )
-        except (RedisError, TimeoutError, OSError) as exc:
-            log.warning("stored response not remembered error=%s", type(exc).__name__)
+            # The first holder stands; a worker cannot move another team's response.
+            return await self._store.put_first(response_id, _encode(holder), self._ttl_ms)
+        except StoreUnavailable as exc:
+            log.warning("stored response not remembered error=%s", exc.reason)
             return False
-        return bool(written)
 
     async def resize(self, response_id: str, holder: Holder) -> None:
         """Rewrites a holder that the caller wrote (`remember` said so) with its final size. XX:
         one deleted meanwhile stays deleted; KEEPTTL: it lives no longer than it would have."""
         try:
-            async with asyncio.timeout(self._timeout_s):
-                await self._redis.set(
-                    keys.stored_response(response_id), _encode(holder), xx=True, keepttl=True
-                )
-        except (RedisError, TimeoutError, OSError) as exc:
-            log.warning("stored response not resized error=%s", type(exc).__name__)
+            await self._store.replace(response_id, _encode(holder))
+        except StoreUnavailable as exc:
+            log.warning("stored response not resized error=%s", exc.reason)
 
     async def find(self, response_id: str) -> Holder | None:
-        key = keys.stored_response(response_id)
         try:
-            async with asyncio.timeout(self._timeout_s):
-                raw = await self._redis.get(key)
-        except (RedisError, TimeoutError, OSError):
-            raise GatewayError(ErrorCode.REDIS_UNAVAILABLE, "Redis is unavailable.") from None
+            raw = await self._store.get(response_id)
+        except StoreUnavailable as exc:
+            raise StoreUnavailable(exc.reason, "Redis is unavailable.") from None
         if raw is None:
             return None
-        parts = keys.as_text(raw).split("\x1f")
+        parts = raw.split("\x1f")
         if len(parts) == len(_FIELDS):  # written before holders kept the size
             parts.append("0")
         if len(parts) != len(_FIELDS) + 1 or not (parts[-1].isascii() and parts[-1].isdigit()):
@@ -98,10 +97,9 @@ class StoredResponses:
 
     async def forget(self, response_id: str) -> None:
         try:
-            async with asyncio.timeout(self._timeout_s):
-                await self._redis.delete(keys.stored_response(response_id))
-        except (RedisError, TimeoutError, OSError) as exc:
-            log.warning("stored response not forgotten error=%s", type(exc).__name__)
+            await self._store.delete(response_id)
+        except StoreUnavailable as exc:
+            log.warning("stored response not forgotten error=%s", exc.reason)
 
 
 def _encode(holder: Holder) -> str:

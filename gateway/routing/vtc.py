@@ -27,8 +27,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from redis.exceptions import RedisError
-
+from gateway.errors import StoreUnavailable
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys
 from gateway.routing.jain import ServiceWindow
@@ -266,10 +265,8 @@ class PoolShare:
                         try:
                             self._refresh(await store.call(self.pool, updates, ()))
                             self._reached(store)
-                        except (RedisError, OSError, TimeoutError) as exc:
-                            log.warning(
-                                "fair share update failed pool=%s error=%s", self.pool, type(exc).__name__
-                            )
+                        except StoreUnavailable as exc:
+                            log.warning("fair share update failed pool=%s error=%s", self.pool, exc.reason)
                             self._dropped(updates)
                         finally:
                             self._sending = False
@@ -311,8 +308,8 @@ class PoolShare:
             updates, self._pending = self._pending, []
         try:
             reply = await store.call(self.pool, updates, candidates)
-        except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("fair share pick failed pool=%s error=%s", self.pool, type(exc).__name__)
+        except StoreUnavailable as exc:
+            log.warning("fair share pick failed pool=%s error=%s", self.pool, exc.reason)
             self._fallback("pick")
             self._failing = True
             if updates:

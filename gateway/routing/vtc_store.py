@@ -7,17 +7,15 @@ local copy.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from typing import Any
-
-from redis.exceptions import RedisError
 
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys
 from gateway.redis.breaker import RedisBreaker
 from gateway.redis.client import RedisClient
 from gateway.redis.scripts import load_script
+from gateway.redis.store import RedisStore
 
 # A team counts as backlogged (active) while seen waiting or dispatched within this window; the
 # replicas where it waits or has requests in flight say so with heartbeats. (In flight too: a
@@ -32,7 +30,7 @@ KEY_TTL_S = 3600.0
 Candidate = tuple[str, int, float]  # team, band, cost
 
 
-class FairShareStore:
+class FairShareStore(RedisStore):
     """The Redis side for every pool of one app."""
 
     def __init__(
@@ -45,16 +43,12 @@ class FairShareStore:
         window_s: float = ACTIVE_WINDOW_S,
         ttl_s: float = KEY_TTL_S,
     ) -> None:
+        super().__init__(redis, breaker=breaker)
         self._script = load_script(redis, "vtc")
-        self._breaker = breaker
         self.metrics = metrics
         self.timeout_s = timeout_s
         self.window_s = window_s
         self._head = [str(int(ttl_s * 1000)), str(int(window_s * 1000))]
-
-    @property
-    def available(self) -> bool:
-        return not self._breaker.open
 
     async def call(
         self, pool: str, updates: Sequence[tuple[str, str, float]], candidates: Sequence[Candidate]
@@ -65,12 +59,6 @@ class FairShareStore:
         args.append(str(len(candidates)))
         for team, band, cost in candidates:
             args += (team, str(band), repr(float(cost)))
-        started = time.monotonic()
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                reply: list[Any] = await self._script(keys=list(keys.fair_share(pool)), args=args)
-        except (RedisError, OSError, TimeoutError) as exc:
-            self._breaker.failed("fair share", exc, started)
-            raise
-        self._breaker.answered()
+        async with asyncio.timeout(self.timeout_s):
+            reply: list[Any] = await self._script(keys=list(keys.fair_share(pool)), args=args)
         return reply

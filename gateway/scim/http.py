@@ -21,7 +21,6 @@ from typing import Any
 
 import orjson
 from pydantic import ValidationError
-from redis.exceptions import RedisError
 from scim2_models import Error, NotFoundException, SCIMException, UnauthorizedException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -146,7 +145,7 @@ def endpoint(methods: Mapping[str, Handler]) -> Callable[[Request], Awaitable[Re
             return scim_response(
                 Error(status=exc.code.status, detail=exc.message), exc.code.status, headers=exc.headers
             )
-        except (RedisError, TimeoutError):
+        except TimeoutError:  # a store's StoreUnavailable is a GatewayError: answered above
             return scim_response(Error(status=503, detail="Redis is unavailable; try again shortly."), 503)
 
     return serve

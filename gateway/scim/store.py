@@ -30,6 +30,7 @@ from gateway.redis import keys as redis_keys
 from gateway.redis.client import RedisClient
 from gateway.redis.keys import as_text
 from gateway.redis.scripts import load_script
+from gateway.redis.store import RedisStore
 
 # A group's members, and the member entries one request may change (a PUT's or a POST's list,
 # or a PATCH's values together): above either, the request is refused with invalidValue.
@@ -114,9 +115,9 @@ class Page:
     items: list[dict[str, Any]]
 
 
-class ScimStore:
+class ScimStore(RedisStore):
     def __init__(self, redis: RedisClient, *, tombstone_ttl_s: float) -> None:
-        self._redis = redis
+        super().__init__(redis)
         self._tombstone_ttl_s = max(1, int(tombstone_ttl_s))
         self._write = load_script(redis, "scim_write")
         self._delete = load_script(redis, "scim_delete")
@@ -125,22 +126,22 @@ class ScimStore:
     # -- reads ---------------------------------------------------------------------------------
 
     async def get(self, kind: Kind, resource_id: str) -> dict[str, Any] | None:
-        raw = await self._redis.hget(kind.resources, resource_id)
+        raw = await self.redis.hget(kind.resources, resource_id)
         return None if raw is None else _loads(raw)
 
     async def get_many(self, kind: Kind, ids: Sequence[str]) -> list[dict[str, Any]]:
         if not ids:
             return []
-        raws = await self._redis.hmget(kind.resources, list(ids))
+        raws = await self.redis.hmget(kind.resources, list(ids))
         return [_loads(raw) for raw in raws if raw is not None]
 
     async def find(self, kind: Kind, attribute: str, value: str) -> str | None:
-        raw = await self._redis.hget(kind.index(attribute), value)
+        raw = await self.redis.hget(kind.index(attribute), value)
         return None if raw is None else as_text(raw)
 
     async def page(self, kind: Kind, start: int, count: int) -> Page:
         """`count` resources from the 0-based rank `start`, in id order, and how many there are."""
-        async with self._redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zcard(kind.ids)
             pipe.zrange(kind.ids, start, start + count - 1)
             total, ids = await pipe.execute()
@@ -154,7 +155,7 @@ class ScimStore:
         """Each group's members (user id -> entry), for a page of groups in one round trip."""
         if not group_ids:
             return []
-        async with self._redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             for group_id in group_ids:
                 pipe.hgetall(members_key(group_id))
             replies = await pipe.execute()
@@ -168,7 +169,7 @@ class ScimStore:
         """Each user's groups, for a page of users in two round trips, not two per user."""
         if not user_ids:
             return []
-        async with self._redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             for user_id in user_ids:
                 pipe.smembers(memberof_key(user_id))
             memberships = [sorted(as_text(g) for g in ids) for ids in await pipe.execute()]
@@ -178,7 +179,7 @@ class ScimStore:
         return [[groups[g] for g in ids if g in groups] for ids in memberships]
 
     async def tombstoned(self, attribute: str, value: str) -> bool:
-        return bool(await self._redis.exists(tombstone_key(attribute, value)))
+        return bool(await self.redis.exists(tombstone_key(attribute, value)))
 
     async def person(self, subject: str | None, email: str | None) -> tuple[dict[str, Any] | None, bool]:
         """The user a signing-in person is: externalId == their subject, else userName or primary
@@ -188,7 +189,7 @@ class ScimStore:
         probes = [(attribute, value) for attribute, value in given if value]
         if not probes:
             return None, False
-        async with self._redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             for attribute, value in probes:
                 pipe.hget(USERS.index(attribute), value)
             for attribute, value in probes:
@@ -245,7 +246,7 @@ class ScimStore:
         """Deletes the resource and its memberships; a user leaves tombstones under the values
         that named them. Returns what was stored; raises Missing."""
         for _ in range(_RETRIES):
-            async with self._redis.pipeline(transaction=False) as pipe:
+            async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.hget(kind.resources, resource_id)
                 pipe.hget(kind.index_values, resource_id)
                 if kind is USERS:
@@ -289,7 +290,7 @@ class ScimStore:
         for _ in range(_RETRIES):
             pairs = dict(changes)
             if exact:
-                for uid in await self._redis.hkeys(members_key(group_id)):
+                for uid in await self.redis.hkeys(members_key(group_id)):
                     pairs.setdefault(as_text(uid), None)
             if not pairs:
                 if await self.get(GROUPS, group_id) is None:

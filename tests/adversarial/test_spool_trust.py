@@ -24,6 +24,7 @@ from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.metering.meter import Meter
 from gateway.metering.record import UsageRecord
 from gateway.metering.spool import Spool
+from gateway.metering.usage_store import UsageStore
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 
@@ -54,7 +55,7 @@ def _start(redis_url: str, path: Path, team: str) -> list[dict[str, object]]:
 
     async def main() -> list[dict[str, object]]:
         redis = Redis.from_url(redis_url)
-        meter = Meter(redis, Metrics(), timeout_s=2)
+        meter = Meter(UsageStore(redis, timeout_s=2), Metrics())
         spool = Spool(path)
         meter.start(spool)
         try:

@@ -12,6 +12,7 @@ from typing import Any
 import redis.asyncio
 from starlette.requests import Request
 
+from gateway.console.console_store import ConsoleStore
 from gateway.console.session import COOKIE, Sessions
 from gateway.identity.principal import BREAK_GLASS, Kind, Principal
 from gateway.redis.shared_secret import SharedSecret
@@ -53,7 +54,7 @@ def _sessions(
     client: redis.asyncio.Redis, secret: str | None = SECRET, ttl_s: float = 60, **kw: object
 ) -> Sessions:
     shared = SharedSecret(client, "sg:test:session-secret", secret, timeout_s=2)
-    return Sessions(client, shared, ttl_s=ttl_s, **kw)  # type: ignore[arg-type]
+    return Sessions(ConsoleStore(client), shared, ttl_s=ttl_s, **kw)  # type: ignore[arg-type]
 
 
 def test_a_signed_cookie_is_a_session_with_its_person_and_csrf_token(redis_server: RedisServer) -> None:

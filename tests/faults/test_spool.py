@@ -21,6 +21,7 @@ from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.metering.meter import Meter
 from gateway.metering.record import UsageRecord
 from gateway.metering.spool import Spool
+from gateway.metering.usage_store import UsageStore
 from gateway.observability.metrics import Metrics
 from tests.conftest import FAKE_MODEL
 from tests.faults.conftest import StartGateway
@@ -110,7 +111,7 @@ def test_corrupt_lines_are_skipped_and_counted(
 
     async def start_then_report() -> list[dict[str, object]]:
         redis = Redis.from_url(redis_server.url)
-        meter = Meter(redis, Metrics(), timeout_s=2)
+        meter = Meter(UsageStore(redis, timeout_s=2), Metrics())
         spool = Spool(path)
         meter.start(spool)
         try:
@@ -140,7 +141,7 @@ def test_a_restart_that_cannot_reach_redis_keeps_the_spool_without_copying_it(tm
 
     async def restart_without_redis(extra: UsageRecord | None) -> None:
         redis = Redis.from_url(UNREACHABLE)
-        meter = Meter(redis, Metrics(), timeout_s=0.5)
+        meter = Meter(UsageStore(redis, timeout_s=0.5), Metrics())
         spool = Spool(path)
         meter.start(spool)
         if extra is not None:

@@ -12,8 +12,10 @@ from typing import TypeVar
 import pytest
 
 from gateway.limits.admission import Admission, Limit, LimitKind, RateLimiter, Reservation
+from gateway.limits.limit_store import LimitStore
 from gateway.limits.spec import TokenCount
 from gateway.metering.meter import Meter
+from gateway.metering.usage_store import UsageStore
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
@@ -30,8 +32,8 @@ def _run(redis_url: str, scenario: Callable[[RateLimiter, RedisClient], Awaitabl
     async def main() -> T:
         redis = async_client(redis_url)
         try:
-            meter = Meter(redis, Metrics(), timeout_s=2)
-            limiter = RateLimiter(redis, Metrics(), RedisBreaker(1.0), meter, timeout_s=2)
+            meter = Meter(UsageStore(redis, timeout_s=2), Metrics())
+            limiter = RateLimiter(LimitStore(redis, RedisBreaker(1.0), timeout_s=2), Metrics(), meter)
             return await scenario(limiter, redis)
         finally:
             await close_redis(redis)

@@ -85,7 +85,7 @@ def test_with_the_feed_up_a_revocation_drops_the_cached_key_with_the_clock_stopp
         auth = Authenticator(store, RedisBreaker(1.0), cache_ttl_s=TTL_S, timeout_s=5.0, clock=clock)
         key_id, secret = await _team_with_key(store)
         assert await _works(auth, secret)
-        feed = asyncio.create_task(auth.follow_invalidations(redis))
+        feed = asyncio.create_task(auth.follow_invalidations())
         try:
             # A (re)subscription marks every entry stale, so the key is read again once the feed
             # is up; wait for that read to have cached it afresh before revoking.

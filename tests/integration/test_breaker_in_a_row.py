@@ -16,7 +16,9 @@ from contextlib import asynccontextmanager
 from gateway.config import Settings
 from gateway.errors import GatewayError
 from gateway.limits.admission import Admission, Limit, LimitKind, RateLimiter, Reservation
+from gateway.limits.limit_store import LimitStore
 from gateway.metering.meter import Meter
+from gateway.metering.usage_store import UsageStore
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import FAILURES_TO_OPEN, RedisBreaker
@@ -41,8 +43,8 @@ async def _limiter() -> AsyncIterator[
     port = server.sockets[0].getsockname()[1]
     redis = connect_redis(Settings(redis_url=f"redis://127.0.0.1:{port}", redis_timeout_s=TIMEOUT_S))
     breaker = RedisBreaker(LONG_S)
-    meter = Meter(redis, Metrics(), timeout_s=TIMEOUT_S)
-    limiter = RateLimiter(redis, Metrics(), breaker, meter, timeout_s=TIMEOUT_S)
+    meter = Meter(UsageStore(redis, timeout_s=TIMEOUT_S), Metrics())
+    limiter = RateLimiter(LimitStore(redis, breaker, timeout_s=TIMEOUT_S), Metrics(), meter)
     count = 0
 
     async def admit() -> bool:

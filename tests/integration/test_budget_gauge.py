@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from gateway.keys.store import KeyStore
 from gateway.limits.spec import parse_limits
-from gateway.metering.budget_gauge import GAUGE, LEASE_KEY, BudgetGauge
+from gateway.metering.budget_gauge import GAUGE, BudgetGauge
+from gateway.metering.budget_store import LEASE_KEY, BudgetStore
 from gateway.redis import keys as redis_keys
 from gateway.redis.client import close_redis
 from tests.redis_cluster import RedisServer, async_client
@@ -42,7 +43,8 @@ def test_one_replica_exports_the_budget_gauge_and_another_takes_over(redis_serve
             lease = LEASE_KEY + ":" + secrets.token_hex(4)
             registries = [CollectorRegistry(), CollectorRegistry()]
             gauges = [
-                BudgetGauge(redis, store, r, interval_s=30, timeout_s=2, lease_key=lease) for r in registries
+                BudgetGauge(BudgetStore(redis, lease_key=lease), store, r, interval_s=30, timeout_s=2)
+                for r in registries
             ]
             held = [await g.export() for g in gauges]
             holder = held.index(True)

@@ -11,8 +11,10 @@ from typing import TypeVar
 import pytest
 
 from gateway.limits.admission import Limit, LimitKind, RateLimiter, Reservation
+from gateway.limits.limit_store import LimitStore
 from gateway.metering.meter import Meter
 from gateway.metering.record import UsageRecord
+from gateway.metering.usage_store import UsageStore
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
@@ -31,7 +33,9 @@ def _run(redis_url: str, scenario: Callable[[RateLimiter, RedisClient], Awaitabl
         try:
             return await scenario(
                 RateLimiter(
-                    redis, Metrics(), RedisBreaker(1.0), Meter(redis, Metrics(), timeout_s=2), timeout_s=2
+                    LimitStore(redis, RedisBreaker(1.0), timeout_s=2),
+                    Metrics(),
+                    Meter(UsageStore(redis, timeout_s=2), Metrics()),
                 ),
                 redis,
             )
@@ -106,7 +110,7 @@ def test_concurrency_slots_are_held_until_settled(redis_server: RedisServer) -> 
     slots = Limit(LimitKind.CONCURRENCY, redis_keys.rate_limit(team, "key:k:conc"), 2, "slots")
 
     async def scenario(limiter: RateLimiter, redis: RedisClient) -> list[bool]:
-        meter = Meter(redis, Metrics(), timeout_s=2)
+        meter = Meter(UsageStore(redis, timeout_s=2), Metrics())
         first = await limiter.admit(team, [slots], "a", ONE)
         second = await limiter.admit(team, [slots], "b", ONE)
         third = await limiter.admit(team, [slots], "c", ONE)
@@ -123,7 +127,7 @@ def test_token_reservations_are_settled_to_the_real_usage(redis_server: RedisSer
     budget = Limit(LimitKind.BUDGET, redis_keys.rate_limit(team, "budget:d:x"), 1500, "daily", period_s=3600)
 
     async def scenario(limiter: RateLimiter, redis: RedisClient) -> tuple[int, int, int, bool, LimitKind]:
-        meter = Meter(redis, Metrics(), timeout_s=2)
+        meter = Meter(UsageStore(redis, timeout_s=2), Metrics())
         big = await limiter.admit(team, [tpm, budget], "big", Reservation(100, 800))  # reserves 900
         during = (await limiter.admit(team, [tpm], "probe1", Reservation(0, 0))).states[0].remaining
         await meter.record(_usage(team, "big", big.settlements(100, 50)))  # used 150: 750 back

@@ -34,6 +34,7 @@ from gateway.keys.store import KeyStore
 from gateway.limits.spec import NO_LIMITS
 from gateway.metering.meter import Meter
 from gateway.metering.record import UsageRecord
+from gateway.metering.usage_store import UsageStore
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
@@ -314,7 +315,7 @@ def test_the_usage_report_across_hundreds_of_teams_takes_a_constant_number_of_ro
 ) -> None:
     async def scenario(redis: RedisClient, traffic: Traffic, nodes: int) -> None:
         store = KeyStore(redis)
-        meter = Meter(redis, Metrics(), timeout_s=5)
+        meter = Meter(UsageStore(redis, timeout_s=5), Metrics())
         teams = ["usage" + secrets.token_hex(4) for _ in range(300)]
         for n, team in enumerate(teams):
             await store.create_team(team)

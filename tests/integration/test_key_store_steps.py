@@ -18,10 +18,9 @@ from typing import Any, TypeVar
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ResponseError
 
 from gateway.dev.embedded_redis import EmbeddedRedis
-from gateway.errors import ErrorCode
+from gateway.errors import ErrorCode, StoreUnavailable
 from gateway.keys.store import KeyStore, hash_secret
 from gateway.limits.spec import LimitSet
 from gateway.redis import keys as redis_keys
@@ -116,10 +115,12 @@ def test_a_key_creation_that_a_wrong_typed_key_fails_leaves_nothing_to_use(redis
         await store.create_team(team)
         await redis.set(redis_keys.team_keys(team), "not a set")
         try:
-            with pytest.raises(ResponseError, match="WRONGTYPE"):
+            # The store's one mapping: Redis's WRONGTYPE reply is the domain error, named by class.
+            with pytest.raises(StoreUnavailable) as failed:
                 await store.create_key(team)
         finally:
             await redis.delete(redis_keys.team_keys(team))  # other tests list every team
+        assert failed.value.reason == "ResponseError"  # WRONGTYPE
         return await _records_of(redis, b"team", team)
 
     records = run_with_client(redis_server.url, scenario)
@@ -175,10 +176,12 @@ def test_a_rotation_that_a_wrong_typed_key_fails_leaves_the_old_secret_as_it_was
         key, old = await store.create_key(team)
         await redis.set(redis_keys.retired_key_hashes(key.id), "not a set")
         try:
-            with pytest.raises(ResponseError, match="WRONGTYPE"):
+            # The store's one mapping: Redis's WRONGTYPE reply is the domain error, named by class.
+            with pytest.raises(StoreUnavailable) as failed:
                 await store.rotate(key.id, 60)
         finally:
             await redis.delete(redis_keys.retired_key_hashes(key.id))
+        assert failed.value.reason == "ResponseError"  # WRONGTYPE
         unfinished = [r for r in await _records_of(redis, b"id", key.id) if r[1] > 0]
         return await authenticates(store, old), (await store.lookup(hash_secret(old))), unfinished
 
@@ -409,10 +412,12 @@ def test_a_revocation_that_a_wrong_typed_key_fails_has_refused_the_current_secre
         key, secret = await store.create_key(team)
         await redis.set(redis_keys.retired_key_hashes(key.id), "not a set")
         try:
-            with pytest.raises(ResponseError, match="WRONGTYPE"):
+            # The store's one mapping: Redis's WRONGTYPE reply is the domain error, named by class.
+            with pytest.raises(StoreUnavailable) as failed:
                 await store.revoke(key.id)
         finally:
             await redis.delete(redis_keys.retired_key_hashes(key.id))
+        assert failed.value.reason == "ResponseError"  # WRONGTYPE
         return await authenticates(store, secret)
 
     assert not run_with_client(redis_server.url, scenario)

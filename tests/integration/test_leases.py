@@ -11,7 +11,9 @@ from typing import cast
 import pytest
 
 from gateway.limits.admission import Limit, LimitKind, RateLimiter, Reservation
+from gateway.limits.limit_store import LimitStore
 from gateway.metering.meter import Meter
+from gateway.metering.usage_store import UsageStore
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
 from gateway.redis.breaker import RedisBreaker
@@ -34,11 +36,9 @@ def test_held_slots_are_renewed_in_one_round_trip_per_tick_and_released_ones_lap
     async def main() -> None:
         redis = async_client(redis_server.url)
         limiter = RateLimiter(
-            redis,
+            LimitStore(redis, RedisBreaker(1.0), timeout_s=2),
             Metrics(),
-            RedisBreaker(1.0),
-            Meter(redis, Metrics(), timeout_s=2),
-            timeout_s=2,
+            Meter(UsageStore(redis, timeout_s=2), Metrics()),
             lease_s=LEASE_S,
         )
         round_trips = 0

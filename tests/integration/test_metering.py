@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from gateway.dev.embedded_redis import EmbeddedRedis
 from gateway.metering.meter import Meter
 from gateway.metering.record import UsageRecord
+from gateway.metering.usage_store import UsageStore
 from gateway.observability.metrics import Metrics
 from gateway.redis.client import close_redis
 from tests.redis_cluster import RedisServer, async_client
@@ -36,7 +37,7 @@ def test_a_request_is_recorded_once_and_reported_by_day(redis_server: RedisServe
     async def scenario() -> tuple[list[bool], list[dict[str, object]], list[dict[str, object]]]:
         redis = async_client(redis_server.url)
         try:
-            meter = Meter(redis, Metrics(), timeout_s=2)
+            meter = Meter(UsageStore(redis, timeout_s=2), Metrics())
             written = [
                 await meter.record(_record("r1", "2026-11-20")),
                 await meter.record(_record("r1", "2026-11-20")),  # a retried write
@@ -73,7 +74,7 @@ def test_a_batch_is_one_round_trip_and_survives_a_redis_that_lost_the_script() -
         with EmbeddedRedis() as server:  # its own: SCRIPT FLUSH must not touch other tests' Redis
             redis = Redis.from_url(server.url)
             try:
-                meter = Meter(redis, Metrics(), timeout_s=2)
+                meter = Meter(UsageStore(redis, timeout_s=2), Metrics())
                 for i in range(5):
                     meter.submit(_record(f"b{i}", "2026-11-22"))
                     assert await meter.flush()
@@ -111,7 +112,7 @@ def test_what_a_replaced_redis_lost_is_written_again_after_the_failure() -> None
         port = first.port
         redis = Redis.from_url(first.url)
         try:
-            meter = Meter(redis, Metrics(), timeout_s=2)
+            meter = Meter(UsageStore(redis, timeout_s=2), Metrics())
             for i in range(3):
                 meter.submit(_record(f"lost{i}", "2026-11-23"))
                 assert await meter.flush()  # acknowledged by the Redis about to die

@@ -11,8 +11,10 @@ from decimal import Decimal
 import pytest
 
 from gateway.limits.admission import Limit, LimitKind, RateLimiter, Reservation, money_costs
+from gateway.limits.limit_store import LimitStore
 from gateway.metering.meter import Meter
 from gateway.metering.record import UsageRecord
+from gateway.metering.usage_store import UsageStore
 from gateway.observability.metrics import Metrics
 from gateway.pricing import MAX_NANO, Price
 from gateway.redis import keys as redis_keys
@@ -42,8 +44,8 @@ def test_money_is_granted_charged_and_settled_in_exact_integers(
     async def scenario() -> tuple[bool, int, int, int]:
         redis = async_client(redis_server.url)
         try:
-            meter = Meter(redis, Metrics(), timeout_s=2)
-            limiter = RateLimiter(redis, Metrics(), RedisBreaker(1.0), meter, timeout_s=2)
+            meter = Meter(UsageStore(redis, timeout_s=2), Metrics())
+            limiter = RateLimiter(LimitStore(redis, RedisBreaker(1.0), timeout_s=2), Metrics(), meter)
             limit = _money(MAX_NANO)
             await redis.set(limit.redis_key, spent_before)
             admission = await limiter.admit(

@@ -18,6 +18,7 @@ from gateway.config import Settings
 from gateway.errors import ErrorCode, GatewayError
 from gateway.redis import keys
 from gateway.redis.client import close_redis, connect_redis
+from gateway.routing.holder_store import HolderStore
 from gateway.routing.stored_responses import Holder, StoredResponses
 from tests.redis_cluster import RedisServer
 from tests.servers import free_port
@@ -39,7 +40,7 @@ def _run(url: str, steps: object) -> object:
                     await client.ping(target_nodes=RedisCluster.ALL_NODES)
                 else:
                     await client.ping()
-            return await steps(StoredResponses(client, ttl_s=60, timeout_s=0.5))  # type: ignore[operator]
+            return await steps(StoredResponses(HolderStore(client, timeout_s=0.5), ttl_s=60))  # type: ignore[operator]
         finally:
             await close_redis(client)
 

@@ -13,6 +13,7 @@ from gateway.observability.metrics import Metrics
 from gateway.redis.client import RedisClient, close_redis
 from gateway.routing.prefix import PrefixIndex, block_hashes
 from gateway.routing.prefix_share import MAX_BACKOFF_S, PrefixShare
+from gateway.routing.prefix_store import PrefixStore
 from tests.redis_cluster import RedisServer, async_client
 from tests.servers import free_port
 from tests.waiting import eventually
@@ -26,7 +27,7 @@ def _share(
     redis: RedisClient, key: str, interval_s: float = 0.02
 ) -> tuple[PrefixShare, PrefixIndex, Metrics]:
     index, metrics = PrefixIndex(1000), Metrics()
-    share = PrefixShare(redis, index, metrics, interval_s=interval_s, timeout_s=1.0, key=key)
+    share = PrefixShare(PrefixStore(redis, key=key), index, metrics, interval_s=interval_s, timeout_s=1.0)
     return share, index, metrics
 
 
@@ -101,7 +102,12 @@ def test_hostile_or_malformed_entries_are_skipped_and_the_reader_goes_on(redis_s
         index, metrics = PrefixIndex(100_000), Metrics()
         known = {"http://a:1": "http://a:1"}
         share = PrefixShare(
-            redis, index, metrics, interval_s=0.02, timeout_s=1.0, key=key, endpoints=lambda: known
+            PrefixStore(redis, key=key),
+            index,
+            metrics,
+            interval_s=0.02,
+            timeout_s=1.0,
+            endpoints=lambda: known,
         )
         huge = [secrets.token_bytes(8) for _ in range(MAX_ENTRY_BYTES // 8 + 1)]
         try:

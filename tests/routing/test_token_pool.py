@@ -300,7 +300,7 @@ def test_a_slot_freed_during_a_pick_cut_short_by_shutdown_still_goes_to_a_waiter
 
     class Hanging(FairShareStore):
         def __init__(self, metrics: Metrics) -> None:
-            self.metrics, self.timeout_s, self._breaker = metrics, 60.0, RedisBreaker(1.0)
+            self.metrics, self.timeout_s, self.breaker = metrics, 60.0, RedisBreaker(1.0)
             self.window_s = 5.0
 
         async def call(self, pool: str, updates: object, candidates: object) -> list[object]:

@@ -13,9 +13,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
-from redis.exceptions import RedisError
 
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import ErrorCode, GatewayError, StoreUnavailable
 from gateway.limits.spec import NO_LIMITS, LimitSet, parse_limits
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys
@@ -342,7 +341,7 @@ def test_a_charge_redis_never_got_is_not_refunded_when_it_comes_back(redis_serve
 
         async def flaky(pool: str, updates: Any, candidates: Any) -> list[Any]:
             if down:
-                raise RedisError("down")
+                raise StoreUnavailable("down")  # as the store fails
             reply = await real(pool, updates, candidates)
             charged.extend(team for kind, team, _ in updates if kind == "c")
             return reply
@@ -387,7 +386,7 @@ def test_after_an_outage_longer_than_the_window_no_refund_lands_on_a_lifted_coun
 
         async def flaky(pool: str, updates: Any, candidates: Any) -> list[Any]:
             if down:
-                raise RedisError("down")
+                raise StoreUnavailable("down")  # as the store fails
             reply = await real(pool, updates, candidates)
             charged.extend(team for kind, team, _ in updates if kind == "c")
             return reply
