@@ -31,6 +31,8 @@ from gateway.admin.models import admin_model_routes
 from gateway.admin.role_routes import role_routes
 from gateway.admin.routes import admin_routes
 from gateway.apis import APIS, ClientApi
+from gateway.apis.batch import LINE_DIALECTS
+from gateway.batch.service import BatchService
 from gateway.config import Settings
 from gateway.console.routes import console_mount
 from gateway.console.session import Sessions
@@ -269,24 +271,44 @@ def create_app(
             timeout_s=settings.redis_timeout_s,
         )
         budget_gauge.start()
-        try:
-            yield AppState(
-                settings=settings,
-                pipeline=pipeline,
-                gate=gate,
-                admin=admin,
+        # The Files and Batch API (gateway/batch/): only with a file store to keep its bytes.
+        batch = (
+            None
+            if settings.files_url is None
+            else BatchService(
+                settings,
+                redis,
                 router=router,
-                redis=redis,
-                key_info=KeyInfoDeps(
-                    LimitReader(redis, timeout_s=settings.redis_timeout_s),
-                    meter,
-                    timeout_s=settings.redis_timeout_s,
-                ),
-                stored=stored,
-                upstream=upstream,
-                tracing=tracing,
+                keystore=keystore,
+                pipeline=pipeline,
+                dialects=LINE_DIALECTS,
+                registry=metrics.registry,
             )
+        )
+        state = AppState(
+            settings=settings,
+            pipeline=pipeline,
+            gate=gate,
+            admin=admin,
+            router=router,
+            redis=redis,
+            key_info=KeyInfoDeps(
+                LimitReader(redis, timeout_s=settings.redis_timeout_s),
+                meter,
+                timeout_s=settings.redis_timeout_s,
+            ),
+            stored=stored,
+            upstream=upstream,
+            tracing=tracing,
+            batch=batch,
+        )
+        if batch is not None:
+            batch.start(state)
+        try:
+            yield state
         finally:
+            if batch is not None:
+                await batch.close()
             if discovery is not None:
                 await discovery.stop()
             await monitor.stop()

@@ -11,7 +11,7 @@ A new API is a new package here and one line in `APIS`.
 
 from __future__ import annotations
 
-from gateway.apis import anthropic, gemini, openai, responses
+from gateway.apis import anthropic, batch, gemini, openai, responses
 from gateway.apis.spec import ClientApi
 
 APIS: tuple[ClientApi, ...] = (
@@ -19,6 +19,7 @@ APIS: tuple[ClientApi, ...] = (
     responses.API,
     anthropic.API,
     gemini.API,
+    batch.API,
 )
 
 __all__ = ["APIS", "ClientApi"]

@@ -35,6 +35,7 @@ from gateway.limits.output import OutputCap
 from gateway.limits.plans import LimitPlans
 from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
+from gateway.pricing import Price
 from gateway.proxy import parsing, whole_answer
 from gateway.proxy.answer_bytes import AnswerBytes
 from gateway.proxy.cache_salt import CacheSalts, SaltScope
@@ -82,6 +83,7 @@ class Admitted:
     prompt_estimate: int
     priority: int  # its band in a saturated pool (gateway/routing/share.py)
     deadline: float | None  # when its first token must come by, time.monotonic() (routing/deadline.py)
+    price: Price | None  # the model's, with its batch multiplier for a batch line
 
 
 class Pipeline:
@@ -126,7 +128,7 @@ class Pipeline:
 
     async def serve(self, dialect: Dialect[Any], scope: Scope, receive: Receive, send: Send) -> None:
         ctx = RequestContext.of(scope)
-        ctx.api = dialect.name
+        ctx.api = "batch" if ctx.batch else dialect.name
         try:
             await self._serve(dialect, ctx, scope, receive, send)
         except asyncio.CancelledError:
@@ -157,7 +159,7 @@ class Pipeline:
             self._metrics,
             self._meter,
             share=self._share_ticket(admitted),
-            price=admitted.requested.model.price,
+            price=admitted.price,
         )
         try:
             await self._answer(dialect, admitted, settlement, scope, receive, send)
@@ -200,6 +202,9 @@ class Pipeline:
         ignored.record(ctx, dialect.name, call.ignored, self._metrics, self._hosted_tools)
         holder = await self._holder(call.continues, principal.team_id, ctx.model)
         salt = await self._salts.scope(principal.team_id, key.id, call.client_salt)
+        price = requested.model.price
+        if ctx.batch and price is not None:
+            price = price.batched()
         planned = self._plans.plan(
             key.team,
             principal.team_limits,
@@ -207,7 +212,7 @@ class Pipeline:
             key.limits,
             ctx.model,
             dt.datetime.now(dt.UTC),
-            requested.model.price,
+            price,
         )
         history = 0 if holder is None else holder.tokens
         prompt = call.estimated_prompt_tokens() + history
@@ -226,7 +231,7 @@ class Pipeline:
         capped = cap.admitted(admission)
         priority = share.band(key.limits.priority, team.priority, priority_header)
         return Admitted(
-            call, principal, requested, admission, holder, capped, salt, prompt, priority, deadline
+            call, principal, requested, admission, holder, capped, salt, prompt, priority, deadline, price
         )
 
     def _share_ticket(self, admitted: Admitted) -> ShareTicket:
@@ -304,6 +309,7 @@ class Pipeline:
             share=settlement.share,
             blocks=blocks,
             block_bytes=block_bytes,
+            no_wait=ctx.batch,
         )
         # One watch for the queue, the worker's head and a whole answer's body: a client that
         # leaves during any of them frees the worker (a stream's relay watches on its own).

@@ -1,0 +1,30 @@
+"""OpenAI's Files and Batch API (docs/batch.md): files uploaded to the file store, batches run by
+the gateway's engines on idle capacity (gateway/batch/). `LINE_DIALECTS`: the dialect each batch
+endpoint's lines run with, handed to the engine by the app."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.apis.batch.openapi import OPENAPI
+from gateway.apis.batch.routes import routes
+from gateway.apis.openai.dialect import CHAT, COMPLETIONS, EMBEDDINGS
+from gateway.apis.responses.dialect import RESPONSES
+from gateway.apis.spec import ClientApi
+from gateway.keys.credentials import BEARER
+from gateway.proxy.dialect import Dialect
+
+API = ClientApi(
+    name="batch",
+    operations={"files": "files", "batches": "batches", "batch": "chat"},
+    credentials=(BEARER,),
+    routes=routes,
+    openapi=OPENAPI,
+)
+
+LINE_DIALECTS: dict[str, Dialect[Any]] = {
+    "/v1/chat/completions": CHAT,
+    "/v1/completions": COMPLETIONS,
+    "/v1/embeddings": EMBEDDINGS,
+    "/v1/responses": RESPONSES,
+}
