@@ -18,7 +18,8 @@ def test_a_batch_runs_end_to_end_through_the_sdk(batch_gateway: Gateway) -> None
     client = batch_gateway.client(key["key"])
     content = chat_lines(5)
     uploaded = client.files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch")
-    assert uploaded.bytes == len(content) and uploaded.purpose == "batch"
+    assert uploaded.bytes == len(content)
+    assert uploaded.purpose == "batch"
     assert client.files.retrieve(uploaded.id).filename == "in.jsonl"
     assert client.files.content(uploaded.id).read() == content
 
@@ -28,17 +29,21 @@ def test_a_batch_runs_end_to_end_through_the_sdk(batch_gateway: Gateway) -> None
         completion_window="24h",
         metadata={"job": "nightly"},
     )
-    assert batch.status == "validating" and batch.metadata == {"job": "nightly"}
+    assert batch.status == "validating"
+    assert batch.metadata == {"job": "nightly"}
     done = wait_for_batch(client, batch.id)
     assert done.status == "completed", done
     assert done.request_counts is not None
     assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (5, 5, 0)
-    assert done.output_file_id is not None and done.error_file_id is None
-    assert done.completed_at is not None and done.in_progress_at is not None
+    assert done.output_file_id is not None
+    assert done.error_file_id is None
+    assert done.completed_at is not None
+    assert done.in_progress_at is not None
     out = jsonl(client.files.content(done.output_file_id).text)
     assert sorted(line["custom_id"] for line in out) == [f"r{i}" for i in range(5)]
     for line in out:
-        assert line["response"]["status_code"] == 200 and line["error"] is None
+        assert line["response"]["status_code"] == 200
+        assert line["error"] is None
         assert line["response"]["body"]["choices"][0]["message"]["content"]
     # Metered like any request of the key's team, as api `batch`.
     rows = batch_gateway.usage(key["team"])
@@ -73,7 +78,8 @@ def test_another_teams_files_and_batches_are_404(batch_gateway: Gateway) -> None
         with pytest.raises(openai.NotFoundError) as caught:
             call()
         assert caught.value.body["type"] == "not_found_error"  # type: ignore[index]
-    assert list(other.batches.list()) == [] and list(other.files.list()) == []
+    assert list(other.batches.list()) == []
+    assert list(other.files.list()) == []
     wait_for_batch(owner, batch.id)
 
 
@@ -95,7 +101,8 @@ def test_malformed_lines_fail_the_batch_with_their_line_numbers(batch_gateway: G
         input_file_id=upload(client, bad), endpoint="/v1/chat/completions", completion_window="24h"
     )
     done = wait_for_batch(client, batch.id)
-    assert done.status == "failed" and done.failed_at is not None
+    assert done.status == "failed"
+    assert done.failed_at is not None
     assert done.errors is not None
     by_line = {error.line: error.code for error in done.errors.data or []}
     assert by_line == {2: "invalid_json", 3: "duplicate_custom_id", 4: "mismatched_model"}
@@ -105,7 +112,7 @@ def test_bad_requests_get_openais_error_shape(batch_gateway: Gateway) -> None:
     client = batch_gateway.client(batch_gateway.new_key()["key"])
     file_id = upload(client, chat_lines(1))
     with pytest.raises(openai.BadRequestError) as caught:
-        client.batches.create(input_file_id=file_id, endpoint="/v1/moderations", completion_window="24h")  # type: ignore[arg-type]
+        client.batches.create(input_file_id=file_id, endpoint="/v1/moderations", completion_window="24h")
     assert caught.value.body["param"] == "endpoint"  # type: ignore[index]
     with pytest.raises(openai.BadRequestError):
         client.files.create(file=("in.jsonl", io.BytesIO(b"{}")), purpose="fine-tune")
