@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from gateway import __version__
 from gateway.admin.audit import AuditLog
+from gateway.admin.batch_routes import batch_routes
 from gateway.admin.deps import AdminDeps
 from gateway.admin.models import admin_model_routes
 from gateway.admin.role_routes import role_routes
@@ -372,6 +373,7 @@ def create_app(
             *admin_routes(),
             *admin_model_routes(),
             *role_routes(),
+            *batch_routes(),
             # The IdP's provisioning (SCIM 2.0, gateway/scim/): its own token, its own envelope.
             scim_mount(),
             # The web admin console under /admin/ui/ (gateway/console/): the same store and rules.

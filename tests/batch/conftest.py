@@ -33,7 +33,7 @@ def batch_gateway(make_gateway: GatewayFactory, files_dir: Path) -> Iterator[Gat
         yield gw
 
 
-def chat_lines(count: int, model: str = FAKE_MODEL, **body: Any) -> bytes:
+def chat_lines(count: int, *, model: str = FAKE_MODEL, **body: Any) -> bytes:
     lines = [
         {
             "custom_id": f"r{i}",

@@ -10,6 +10,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -53,7 +54,7 @@ def slow_gateway(make_gateway: GatewayFactory, files_dir: Path) -> Iterator[Gate
         yield gw
 
 
-def _batch(client: openai.OpenAI, lines: int, **body: int) -> str:
+def _batch(client: openai.OpenAI, lines: int, **body: Any) -> str:
     file_id = upload(client, chat_lines(lines, **body))
     return client.batches.create(
         input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h"
