@@ -113,3 +113,19 @@ def test_redis_restarted_mid_batch_loses_and_repeats_no_line(
         own_redis.stop()
         own_redis.start()
         _exactly_once(client, batch_id)
+
+
+def test_a_batch_survives_a_gateway_restart(
+    start_gateway: StartGateway, own_redis: EmbeddedRedis, tmp_path: Path
+) -> None:
+    with slow_worker(200) as worker:
+        models = _models(worker)
+        gw = start_gateway(own_redis.url, models=models, **_settings(tmp_path / "files"))
+        team = "team-restart-" + os.urandom(3).hex()
+        gw.admin.call("POST", "/admin/v1/teams", {"name": team})
+        client = _client(gw, team)
+        batch_id = _start_batch(client)
+        wait_until(lambda: _completed(client, batch_id) >= 2, 60, "lines answered before the restart")
+        gw.stop()  # SIGTERM, as a rollout stops a pod: its running lines are cut and run again
+        again = start_gateway(own_redis.url, models=models, **_settings(tmp_path / "files"))
+        _exactly_once(_client(again, team), batch_id)
