@@ -114,6 +114,10 @@ class BatchStore:
     async def queued(self, team: str) -> int:
         return int(await self._redis.get(keys.batch_queued(team)) or 0)
 
+    async def pending(self, team: str, batch_id: str) -> int:
+        """A batch's lines waiting to start."""
+        return int(await self._redis.llen(keys.batch_lines(team, batch_id)[0]))
+
     async def running(self, team: str) -> int:
         name = keys.batch_running(team)
         return int(await self._redis.zcount(name, time.time() * 1000, "+inf"))

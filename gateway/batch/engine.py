@@ -90,6 +90,7 @@ class BatchEngine:
         self._steps: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._lines: dict[tuple[str, str, int], asyncio.Task[None]] = {}
         self._per_model: Counter[str] = Counter()
+        self._turn = 0
         self.started_lines = 0  # for tests and the log: lines this replica started
 
     def start(self, state: AppState) -> None:
@@ -136,17 +137,19 @@ class BatchEngine:
                     await self._store.renew(team, batch_id, self.token, lines, self._lease_s)
 
     async def _tick(self) -> None:
-        queued_by_team: dict[str, int] = {}
-        for team, batch_id in await self._store.active():
+        queued: Counter[tuple[str, str]] = Counter()
+        active = await self._store.active()
+        # Each tick starts from the next batch: free slots go round the batches, not to the first.
+        self._turn = (self._turn + 1) % max(1, len(active))
+        for team, batch_id in active[self._turn :] + active[: self._turn]:
             batch = await self._store.get(team, batch_id)
             if batch is None:
                 await self._store.forget_active(team, batch_id)
                 continue
-            queued_by_team.setdefault(team, 0)
             await self._advance(batch)
-        for team in queued_by_team:
-            self._metrics.queued(team, await self._store.queued(team))
-        self._metrics.forget_teams_except(queued_by_team)
+            if batch.status == "in_progress":
+                queued[(self._pool_of(batch.model), team)] += await self._store.pending(team, batch_id)
+        self._metrics.queued(queued)
 
     async def _advance(self, batch: Batch) -> None:
         status = batch.status
@@ -182,6 +185,12 @@ class BatchEngine:
         if not done.cancelled() and done.exception() is not None:
             log.warning("batch step failed: %s", type(done.exception()).__name__)
         self.wake()
+
+    def _pool_of(self, model: str) -> str:
+        """The pool a model's lines are counted under in the metrics (its first; "none" for a
+        model the table no longer has)."""
+        route = self._router.resolve(model)
+        return route.pools[0].name if route is not None and route.pools else "none"
 
     def idle(self, route: ModelRoute) -> bool:
         """Whether a line of this model may start now (the rules in the module's docstring)."""
@@ -231,7 +240,7 @@ class BatchEngine:
     async def _line(
         self, batch: Batch, line: int, principal: Principal | None, route: ModelRoute | None
     ) -> None:
-        pool = route.pools[0].name if route is not None and route.pools else "none"
+        pool = self._pool_of(batch.model)
         self._metrics.running(pool, batch.team, +1)
         kind = "error"
         try:

@@ -4,7 +4,7 @@ pools the model table's: bounded."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -13,8 +13,9 @@ class BatchMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.lines_queued = Gauge(
             "sluicegate_batch_lines_queued",
-            "Batch lines waiting to run, per team (every replica's, as Redis counts them).",
-            ["team"],
+            "Batch lines waiting to start, every replica's (as Redis holds them), by the pool of "
+            "their model and team.",
+            ["pool", "team"],
             registry=registry,
         )
         self.lines_running = Gauge(
@@ -31,16 +32,15 @@ class BatchMetrics:
             ["pool", "team", "outcome"],
             registry=registry,
         )
-        self._teams: set[str] = set()
+        self._queued: set[tuple[str, str]] = set()
 
-    def queued(self, team: str, lines: int) -> None:
-        self._teams.add(team)
-        self.lines_queued.labels(team).set(lines)
-
-    def forget_teams_except(self, teams: Collection[str]) -> None:
-        for team in self._teams - set(teams):
-            self.lines_queued.remove(team)
-        self._teams &= set(teams)
+    def queued(self, lines: Mapping[tuple[str, str], int]) -> None:
+        """Every (pool, team) with lines waiting now; the others' series go."""
+        for pool, team in self._queued - set(lines):
+            self.lines_queued.remove(pool, team)
+        for (pool, team), count in lines.items():
+            self.lines_queued.labels(pool, team).set(count)
+        self._queued = set(lines)
 
     def running(self, pool: str, team: str, change: int) -> None:
         self.lines_running.labels(pool, team).inc(change)
