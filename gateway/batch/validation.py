@@ -18,6 +18,9 @@ import orjson
 from gateway.batch.records import MAX_BATCH_LINES
 
 MAX_ERRORS = 100
+# A line longer than this is refused without being held whole (a request body's own limit is
+# SLUICEGATE_MAX_BODY_BYTES, 10 MiB by default, checked again when the line runs).
+MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_CUSTOM_ID = 512
 _SPAN = struct.Struct(">QQ")
 # What each endpoint's body must hold (the rest is the pipeline's to check when the line runs).
@@ -51,6 +54,7 @@ class Validator:
     _rest: bytearray = field(default_factory=bytearray)
     _offset: int = 0  # of _rest's first byte in the file
     _line: int = 0  # 1-based number of the last line read
+    _skipping: bool = False  # inside a line too long to keep: dropped up to its newline
 
     def feed(self, chunk: bytes) -> None:
         self._rest += chunk
@@ -59,13 +63,23 @@ class Validator:
             end = self._rest.find(b"\n", start)
             if end < 0:
                 break
-            self._one(bytes(self._rest[start:end]), self._offset + start)
+            if self._skipping:
+                self._skipping = False
+            else:
+                self._one(bytes(self._rest[start:end]), self._offset + start)
             start = end + 1
         del self._rest[:start]
         self._offset += start
+        if len(self._rest) > MAX_LINE_BYTES:
+            if not self._skipping:
+                self._line += 1
+                self._error("line_too_long", f"A line may hold at most {MAX_LINE_BYTES} bytes.", self._line)
+                self._skipping = True
+            self._offset += len(self._rest)
+            self._rest.clear()
 
     def finish(self) -> None:
-        if self._rest:
+        if self._rest and not self._skipping:
             self._one(bytes(self._rest), self._offset)
             self._rest.clear()
         if not self.spans and not self.errors:

@@ -113,3 +113,18 @@ def test_the_validator_keeps_each_lines_span_and_names_bad_lines() -> None:
     second = span_of(index[16:32])
     assert text[first[0] : first[1]] == good
     assert text[second[0] : second[1]].strip() == other
+
+
+def test_a_line_too_long_is_refused_without_being_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("gateway.batch.validation.MAX_LINE_BYTES", 100)
+    good = (
+        b'{"custom_id": "a", "method": "POST", "url": "/v1/embeddings", "body": {"model": "m", "input": "x"}}'
+    )
+    validator = Validator("/v1/embeddings")
+    for chunk in (good + b"\n", b"x" * 80, b"x" * 80, b"x" * 80, b"\n", good.replace(b'"a"', b'"b"'), b"\n"):
+        validator.feed(chunk)
+    validator.finish()
+    assert [(e["line"], e["code"]) for e in validator.errors] == [(2, "line_too_long")]
+    assert validator.total == 2
+    second = span_of(validator.index()[16:32])
+    assert second[1] - second[0] == len(good)

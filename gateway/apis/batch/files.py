@@ -8,7 +8,7 @@ import dataclasses
 import time
 from collections.abc import AsyncIterator
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.apis.batch.common import caller, listing, page_params
@@ -33,6 +33,13 @@ def storage_failed() -> GatewayError:
 
 
 async def create_file(request: Request) -> Response:
+    try:
+        return await _create_file(request)
+    except ClientDisconnect:  # the client left mid-upload: nothing was kept, no one to answer
+        return Response(status_code=400)
+
+
+async def _create_file(request: Request) -> Response:
     who = await caller(request, "files")
     service = who.service
     reader = MultipartReader(
