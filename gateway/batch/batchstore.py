@@ -234,13 +234,23 @@ class BatchStore:
         )
         return bool(written)
 
-    async def release(self, batch: Batch, line: int, token: str, *, retry: bool, tries: int = 1) -> int:
+    async def release(
+        self, team: str, batch_id: str, line: int, token: str, *, retry: bool, tries: int = 1
+    ) -> int:
         """Gives a claimed line back: 1 done, 0 the lease was lost, -1 (retry) no try left."""
-        pending, leases, owners, _, tries_key = keys.batch_lines(batch.team, batch.id)
+        pending, leases, owners, _, tries_key = keys.batch_lines(team, batch_id)
         return int(
             await self._release(
-                keys=[leases, owners, keys.batch_running(batch.team), pending, tries_key],
-                args=[line, token, batch.id, 1 if retry else 0, tries],
+                keys=[
+                    leases,
+                    owners,
+                    keys.batch_running(team),
+                    pending,
+                    tries_key,
+                    keys.batch_record(team, batch_id),
+                    keys.batch_queued(team),
+                ],
+                args=[line, token, batch_id, 1 if retry else 0, tries],
             )
         )
 

@@ -51,12 +51,15 @@ log = logging.getLogger("sluicegate.batch")
 
 def interactive_limits(limits: LimitSet) -> LimitSet:
     """The limits with what guards interactive traffic taken out (requests and tokens per minute,
-    concurrency): a batch line is held to budgets, and to its team's batch_max_inflight."""
+    concurrency, a first token's default deadline): a batch line is held to budgets, and to its
+    team's batch_max_inflight."""
     per_model = {
         name: dataclasses.replace(one, rpm=None, tpm=None, max_concurrency=None)
         for name, one in limits.per_model.items()
     }
-    return dataclasses.replace(limits, rpm=None, tpm=None, max_concurrency=None, per_model=per_model)
+    return dataclasses.replace(
+        limits, rpm=None, tpm=None, max_concurrency=None, default_deadline_ms=None, per_model=per_model
+    )
 
 
 class BatchEngine:
@@ -102,8 +105,10 @@ class BatchEngine:
         self._wake.set()
 
     async def stop(self) -> None:
-        """Stops starting lines; lines running are cut, their leases left to lapse, so another
-        replica runs them again (a rollout loses no line; their partial work is redone)."""
+        """Stops starting lines; lines running are cut and given back to the queue, so another
+        replica runs them again (a rollout loses no line; their partial work is redone, not
+        billed). A give-back that fails leaves the lease to lapse: the same, later."""
+        running = list(self._lines)
         for task in (self._loop_task, self._renew_task, *self._steps.values(), *self._lines.values()):
             if task is not None:
                 task.cancel()
@@ -111,6 +116,10 @@ class BatchEngine:
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            async with asyncio.timeout(2.0):
+                for team, batch_id, line in running:
+                    await self._store.release(team, batch_id, line, self.token, retry=False)
 
     async def _run(self) -> None:
         backoff = self._poll_s
@@ -156,7 +165,7 @@ class BatchEngine:
         if status == "validating":
             self._step(batch, self._lifecycle.validate(batch))
             return
-        if status == "in_progress" and time.time() >= batch.expires_at and "expiring" not in batch.times:
+        if status == "in_progress" and time.time() >= batch.expires_at and not batch.expiring:
             await self._store.stop(batch.team, batch.id, "expiring")
         if status in ("in_progress", "cancelling", "finalizing"):
             ending = await self._store.finalizing(batch.team, batch.id)

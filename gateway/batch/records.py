@@ -116,6 +116,7 @@ class Batch:
     error_file_id: str | None = None
     errors: list[dict[str, Any]] | None = None
     usage: dict[str, int] = field(default_factory=dict)
+    expiring: bool = False  # the completion window ended: lines not started are not run
 
     SPEC = (
         "id",
@@ -149,6 +150,7 @@ class Batch:
                 batch.times[text] = int(float(value))
             elif text.startswith("usage."):
                 batch.usage[text.removeprefix("usage.")] = int(value)
+        batch.expiring = b"expiring" in raw
         if raw.get(b"model"):
             batch.model = raw[b"model"].decode()
         if b"output_file_id" in raw:

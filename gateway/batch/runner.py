@@ -181,10 +181,12 @@ class LineRunner:
         )
         kind = verdict[0] if verdict else "retry:"
         if kind == "requeue":
-            await self._store.release(batch, line, self._token, retry=False)
+            await self._store.release(batch.team, batch.id, line, self._token, retry=False)
             return Outcome("requeued")
         if kind.startswith("retry:"):
-            given = await self._store.release(batch, line, self._token, retry=True, tries=WORKER_TRIES)
+            given = await self._store.release(
+                batch.team, batch.id, line, self._token, retry=True, tries=WORKER_TRIES
+            )
             if given == 1:
                 return Outcome("retried")
             if given == 0:
