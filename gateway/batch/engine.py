@@ -62,6 +62,23 @@ def interactive_limits(limits: LimitSet) -> LimitSet:
     )
 
 
+def idle_for_batch(route: ModelRoute, mine: int) -> bool:
+    """Whether a line of this model may start now, with `mine` of its lines running on this
+    replica (the rules in the module's docstring)."""
+    for pool in route.pools:
+        usable = [e for e in pool.endpoints if e.usable]
+        if not usable or pool.queue:
+            continue
+        share = pool.model.routing.batch_share * len(usable) * pool.max_inflight
+        inflight = sum(e.inflight for e in pool.endpoints)
+        if inflight >= share or mine >= share:
+            continue
+        if any(e.waiting > 0 for e in usable):
+            continue
+        return True
+    return False
+
+
 class BatchEngine:
     def __init__(
         self,
@@ -202,20 +219,7 @@ class BatchEngine:
         return route.pools[0].name if route is not None and route.pools else "none"
 
     def idle(self, route: ModelRoute) -> bool:
-        """Whether a line of this model may start now (the rules in the module's docstring)."""
-        mine = self._per_model[route.model.name]
-        for pool in route.pools:
-            usable = [e for e in pool.endpoints if e.usable]
-            if not usable or pool.queue:
-                continue
-            share = pool.model.routing.batch_share * len(usable) * pool.max_inflight
-            inflight = sum(e.inflight for e in pool.endpoints)
-            if inflight >= share or mine >= share:
-                continue
-            if any(e.waiting > 0 for e in usable):
-                continue
-            return True
-        return False
+        return idle_for_batch(route, self._per_model[route.model.name])
 
     async def _principal(self, batch: Batch) -> tuple[Principal | None, int | None]:
         """The batch's key as a line's caller (None: revoked, expired, or its team gone), with

@@ -4,17 +4,24 @@ ranged reads, listing, deletes), the streamed multipart reader cut at every byte
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from gateway.apis.batch.upload import MultipartReader
+from gateway.batch.engine import idle_for_batch
 from gateway.batch.validation import Validator, span_of
 from gateway.errors import GatewayError
 from gateway.files.backends import open_storage
 from gateway.files.directory import DirectoryStorage
 from gateway.files.storage import StorageError, TooLarge
+from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
+from gateway.observability.metrics import Metrics
+from gateway.routing.policy import RouteRequest
+from gateway.routing.router import Router
 
 
 async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:
@@ -128,3 +135,45 @@ def test_a_line_too_long_is_refused_without_being_held(monkeypatch: pytest.Monke
     assert validator.total == 2
     second = span_of(validator.index()[16:32])
     assert second[1] - second[0] == len(good)
+
+
+def test_a_line_starts_only_on_capacity_interactive_requests_leave() -> None:
+    async def run() -> None:
+        table = ModelTable(
+            (
+                ModelConfig(
+                    name="m",
+                    endpoints=("http://w:1",),
+                    routing=RoutingConfig(max_inflight_per_endpoint=4, batch_share=0.5, fairness="requests"),
+                ),
+            )
+        )
+        router = Router(table, Metrics(CollectorRegistry()), rng=random.Random(1))
+        route = router.resolve("m")
+        assert route is not None
+        pool = route.pools[0]
+        endpoint = pool.endpoints[0]
+        assert idle_for_batch(route, 0)
+        assert not idle_for_batch(route, 2)  # this replica's lines at their share (0.5 x 4)
+        endpoint.inflight = 2
+        assert not idle_for_batch(route, 0)  # the pool's requests in flight at the share
+        endpoint.inflight = 1
+        endpoint.waiting = 1  # the engine reports a request waiting in its own queue
+        assert not idle_for_batch(route, 0)
+        endpoint.waiting = 0
+        assert idle_for_batch(route, 0)
+        # Every slot taken and an interactive request waiting in the pool's queue: no line starts,
+        # and the one waiting is served first when a slot frees.
+        endpoint.inflight = 4
+        rng = random.Random(1)
+        waiting = asyncio.ensure_future(pool.acquire(RouteRequest("m", team="t"), rng, (), 5.0))
+        await asyncio.sleep(0)
+        assert pool.queue
+        endpoint.inflight = 1
+        assert not idle_for_batch(route, 0)
+        pool.release(endpoint)
+        got, _ = await waiting
+        assert got is endpoint
+        assert idle_for_batch(route, 0)
+
+    asyncio.run(run())
