@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.apis.batch.upload import MultipartReader
+from gateway.apis.batch.upload import MultipartReader, body_chunks
 from gateway.batch.engine import idle_for_batch
 from gateway.batch.validation import Validator, span_of
 from gateway.errors import GatewayError
@@ -177,3 +177,23 @@ def test_a_line_starts_only_on_capacity_interactive_requests_leave() -> None:
         assert idle_for_batch(route, 0)
 
     asyncio.run(run())
+
+
+def test_an_upload_that_stalls_is_cut_with_a_408() -> None:
+    async def run() -> None:
+        sent = [{"type": "http.request", "body": b"x" * 10, "more_body": True}]
+        stalled = asyncio.Event()
+
+        async def receive() -> dict[str, object]:
+            if sent:
+                return sent.pop()
+            await stalled.wait()  # never set: the client stopped sending
+            return {}
+
+        chunks = body_chunks(receive, min_rate=1000, window_s=0.05)
+        assert await anext(chunks) == b"x" * 10
+        await anext(chunks)
+
+    with pytest.raises(GatewayError) as caught:
+        asyncio.run(run())
+    assert caught.value.status == 408
