@@ -8,10 +8,10 @@ import collections
 import io
 import os
 import signal
-import time
 from pathlib import Path
 
 import openai
+import pytest
 
 from gateway.dev.embedded_redis import EmbeddedRedis
 from tests.batch.conftest import chat_lines, jsonl, metric_values, slow_worker, wait_for_batch
@@ -109,7 +109,12 @@ def test_redis_restarted_mid_batch_loses_and_repeats_no_line(
         # SIGKILL: no shutdown write; the append-only file (appendfsync always) holds every
         # acknowledged write.
         os.kill(own_redis.pid, signal.SIGKILL)
-        time.sleep(0.5)
+        # Meanwhile the API answers in OpenAI's envelope, a 503 the SDKs retry, never a 500.
+        down = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=client.api_key, max_retries=0)
+        with pytest.raises(openai.APIStatusError) as caught:
+            down.batches.retrieve(batch_id)
+        assert caught.value.status_code == 503
+        down.close()
         own_redis.stop()
         own_redis.start()
         _exactly_once(client, batch_id)
