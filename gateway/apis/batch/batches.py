@@ -10,7 +10,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.apis.batch.common import caller, listing, page_params
+from gateway.apis.batch.common import Caller, caller, listing, page_params
 from gateway.batch.records import ENDPOINTS, FINAL, WINDOWS, Batch, new_batch_id
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.body import read_body
@@ -89,7 +89,7 @@ async def create_batch(request: Request) -> Response:
     return JSONResponse(batch.public())
 
 
-async def _batch(request: Request) -> tuple[Batch, Any]:
+async def _batch(request: Request) -> tuple[Batch, Caller]:
     who = await caller(request, "batches")
     batch_id = request.path_params["batch_id"]
     batch = await who.service.batches.get(who.team, batch_id, who.team_id)
