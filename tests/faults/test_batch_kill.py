@@ -77,12 +77,12 @@ def test_a_replica_killed_mid_batch_loses_and_repeats_no_line(
     with slow_worker(300) as worker:
         models = _models(worker)
         first = start_gateway(own_redis.url, models=models, **_settings(tmp_path / "files"))
+        second = start_gateway(own_redis.url, models=models, **_settings(tmp_path / "files"))
         team = "team-kill-" + os.urandom(3).hex()
         first.admin.call("POST", "/admin/v1/teams", {"name": team})
         client = _client(first, team)
         batch_id = _start_batch(client)
-        wait_until(lambda: _completed(client, batch_id) >= 2, 60, "lines answered on the first replica")
-        second = start_gateway(own_redis.url, models=models, **_settings(tmp_path / "files"))
+        wait_until(lambda: _completed(client, batch_id) >= 2, 60, "lines answered")
         # Killed while it holds lines in flight: their leases lapse, the second replica runs them.
         wait_until(lambda: _running(first) > 0, 30, "a line in flight on the first replica")
         first.process.send_signal(signal.SIGKILL)
