@@ -238,6 +238,8 @@ class BatchEngine:
 
     async def _start_lines(self, batch: Batch) -> None:
         route = self._router.resolve(batch.model)
+        if route is not None and not self.idle(route):
+            return  # no capacity to give: no key lookup either
         principal, max_inflight = await self._principal(batch)
         while principal is None or route is None or self.idle(route):
             code, line = await self._store.claim(
