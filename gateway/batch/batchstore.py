@@ -47,7 +47,9 @@ class BatchStore:
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hset(record, mapping={"spec": batch.spec_json(), "status": "validating", "total": 0})
             pipe.expireat(record, batch.retain_until)
-            pipe.zadd(keys.batches_index(batch.team), {batch.id: batch.created_at * 1000})
+            pipe.zadd(
+                keys.batches_index(batch.team), {batch.id: time.time() * 1000}
+            )  # ms: order within a second
             pipe.sadd(keys.BATCHES_ACTIVE, f"{batch.team}/{batch.id}")
             await pipe.execute()
 

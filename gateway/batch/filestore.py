@@ -24,7 +24,7 @@ class FileStore:
     async def put(self, team: str, record: FileRecord) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.set(keys.file_record(team, record.id), record.to_json(), exat=record.expires_at)
-            pipe.zadd(keys.files_index(team), {record.id: record.created_at * 1000})
+            pipe.zadd(keys.files_index(team), {record.id: time.time() * 1000})  # ms: order within a second
             await pipe.execute()
 
     async def get(self, team: str, team_id: str, file_id: str) -> FileRecord | None:

@@ -13,6 +13,7 @@ from tests.batch.conftest import chat_lines, jsonl, upload, wait_for_batch
 from tests.conftest import Gateway, GatewayFactory
 
 
+@pytest.mark.also_on_cluster  # on one Redis and on a Redis Cluster (tests/conftest.py)
 def test_a_batch_runs_end_to_end_through_the_sdk(batch_gateway: Gateway) -> None:
     key = batch_gateway.new_key()
     client = batch_gateway.client(key["key"])
@@ -52,7 +53,9 @@ def test_a_batch_runs_end_to_end_through_the_sdk(batch_gateway: Gateway) -> None
     listed = [b.id for b in client.batches.list(limit=1)]
     assert listed == [batch.id]
     files = [f.id for f in client.files.list(purpose="batch")]
-    assert uploaded.id in files
+    assert files == [uploaded.id]
+    # Page by page (the SDK follows `after`): the input and the output file, newest first.
+    assert [f.id for f in client.files.list(limit=1)] == [done.output_file_id, uploaded.id]
     assert client.files.delete(uploaded.id).deleted
     with pytest.raises(openai.NotFoundError):
         client.files.retrieve(uploaded.id)
