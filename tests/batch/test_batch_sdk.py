@@ -5,12 +5,14 @@ OpenAI's error shape."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import openai
 import pytest
 
 from tests.batch.conftest import chat_lines, jsonl, upload, wait_for_batch
 from tests.conftest import Gateway, GatewayFactory
+from tests.http import post
 
 
 @pytest.mark.also_on_cluster  # on one Redis and on a Redis Cluster (tests/conftest.py)
@@ -146,3 +148,45 @@ def test_without_a_file_store_the_routes_say_which_setting_turns_them_on(
         with pytest.raises(openai.NotFoundError) as caught:
             client.batches.list()
         assert "SLUICEGATE_FILES_URL" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[]",
+        {"input_file_id": "", "endpoint": "/v1/chat/completions", "completion_window": {}},
+        {"input_file_id": [], "endpoint": {}, "completion_window": "24h"},
+        {
+            "input_file_id": "file-x",
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+            "metadata": [],
+        },
+    ],
+)
+def test_malformed_batch_bodies_are_400s_in_openais_envelope(batch_gateway: Gateway, body: Any) -> None:
+    key = batch_gateway.new_key()["key"]
+    reply = post(f"{batch_gateway.url}/v1/batches", body, key=key)
+    assert reply.status == 400, reply.body
+    assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("application/json", b"{}"),
+        ("multipart/form-data; boundary=XX", b"--XX\r\nno headers end"),
+        (
+            "multipart/form-data; boundary=XX",
+            b'--XX\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--XX--\r\n',
+        ),
+    ],
+)
+def test_malformed_uploads_are_400s_in_openais_envelope(
+    batch_gateway: Gateway, content_type: str, body: bytes
+) -> None:
+    key = batch_gateway.new_key()["key"]
+    reply = post(f"{batch_gateway.url}/v1/files", body, key=key, headers={"content-type": content_type})
+    assert reply.status == 400, reply.body
+    assert reply.json()["error"]["type"] == "invalid_request_error"

@@ -51,10 +51,10 @@ async def create_batch(request: Request) -> Response:
     if not isinstance(body, dict):
         raise _invalid("The request body must be a JSON object.")
     endpoint = body.get("endpoint")
-    if endpoint not in ENDPOINTS:
+    if not isinstance(endpoint, str) or endpoint not in ENDPOINTS:
         raise _invalid(f"'endpoint' must be one of {', '.join(ENDPOINTS)}.", "endpoint")
     window = body.get("completion_window")
-    if window not in WINDOWS:
+    if not isinstance(window, str) or window not in WINDOWS:
         raise _invalid("'completion_window' must be 24h.", "completion_window")
     metadata = _metadata(body.get("metadata"))
     file_id = body.get("input_file_id")
