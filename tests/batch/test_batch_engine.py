@@ -9,6 +9,7 @@ import io
 import json
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 import redis
 
 from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
+from gateway.pricing import Price
 from gateway.redis import keys
 from tests.batch.conftest import (
     DefaultHeaders,
@@ -184,3 +186,21 @@ def test_an_upload_past_200_mb_is_refused_and_leaves_nothing(batch_gateway: Gate
     assert caught.value.status_code == 413
     assert list(client.files.list()) == []
     assert not [p for p in files_dir.rglob("*") if p.is_file()]
+
+
+def test_batch_tokens_are_priced_with_the_models_batch_multiplier(
+    make_gateway: GatewayFactory, fake_worker: str, files_dir: Path
+) -> None:
+    price = Price(Decimal("1"), Decimal("2"), batch_multiplier=Decimal("0.5"))
+    table = ModelTable((ModelConfig(name=FAKE_MODEL, endpoints=(fake_worker,), price=price),))
+    with make_gateway(table, files_url=f"file://{files_dir}", batch_poll_interval_s=0.05) as gw:
+        key = gw.new_key()
+        client = gw.client(key["key"])
+        client.chat.completions.create(model=FAKE_MODEL, messages=[{"role": "user", "content": "hello 0"}])
+        done = wait_for_batch(client, _batch(client, 1))
+        assert done.status == "completed"
+        wait_until(lambda: len(gw.usage(key["team"])) == 2, 10, "both requests metered")
+        rows = {row["api"]: row for row in gw.usage(key["team"])}
+        assert rows["batch"]["prompt_tokens"] == rows["chat"]["prompt_tokens"]
+        assert rows["batch"]["completion_tokens"] == rows["chat"]["completion_tokens"]
+        assert Decimal(rows["batch"]["cost"]) * 2 == Decimal(rows["chat"]["cost"])

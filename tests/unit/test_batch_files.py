@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,11 @@ from prometheus_client import CollectorRegistry
 from gateway.apis.batch.upload import MultipartReader, body_chunks
 from gateway.batch.engine import idle_for_batch
 from gateway.batch.validation import Validator, span_of
-from gateway.errors import GatewayError
+from gateway.errors import ConfigError, GatewayError
 from gateway.files.backends import open_storage
 from gateway.files.directory import DirectoryStorage
 from gateway.files.storage import StorageError, TooLarge
+from gateway.model_file import parse_model_table
 from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from gateway.observability.metrics import Metrics
 from gateway.routing.policy import RouteRequest
@@ -197,3 +199,45 @@ def test_an_upload_that_stalls_is_cut_with_a_408() -> None:
     with pytest.raises(GatewayError) as caught:
         asyncio.run(run())
     assert caught.value.status == 408
+
+
+def test_the_model_table_takes_batch_share_and_a_batch_multiplier() -> None:
+    table = parse_model_table(
+        {
+            "models": [
+                {
+                    "name": "m",
+                    "endpoints": [{"url": "http://w:1"}],
+                    "routing": {"batch_share": 0.25},
+                    "price": {
+                        "input_per_million": "0.20",
+                        "output_per_million": "0.60",
+                        "batch_multiplier": "0.5",
+                    },
+                }
+            ]
+        }
+    )
+    model = table.models[0]
+    assert model.routing.batch_share == 0.25
+    assert model.price is not None
+    batched = model.price.batched()
+    assert (batched.input_per_million, batched.output_per_million) == (Decimal("0.10"), Decimal("0.30"))
+    assert batched.version != model.price.version
+    for routing, price, field in (
+        ({"batch_share": 1.5}, {}, "routing.batch_share"),
+        ({}, {"batch_multiplier": "2"}, "price.batch_multiplier"),
+    ):
+        with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+            parse_model_table(
+                {
+                    "models": [
+                        {
+                            "name": "m",
+                            "endpoints": [{"url": "http://w:1"}],
+                            "routing": routing,
+                            "price": {"input_per_million": "1", "output_per_million": "1", **price},
+                        }
+                    ]
+                }
+            )
