@@ -33,6 +33,7 @@ from gateway.admin.role_routes import role_routes
 from gateway.admin.routes import admin_routes
 from gateway.apis import APIS, ClientApi
 from gateway.apis.batch import LINE_DIALECTS
+from gateway.apis.endpoint import mount
 from gateway.batch.service import BatchService
 from gateway.config import Settings
 from gateway.console.routes import console_mount
@@ -58,6 +59,8 @@ from gateway.metering.spool import Spool
 from gateway.model_table import ModelTable
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import Tracing
+from gateway.overflow.call import OverflowCall
+from gateway.overflow.providers import Overflow
 from gateway.proxy.cache_salt import CacheSalts
 from gateway.proxy.forwarding import Forwarding
 from gateway.proxy.gate import Gate
@@ -141,6 +144,8 @@ def create_app(
     drain = drain or Drain()
     metrics = Metrics(registry)
     router = Router(table, metrics, rng=rng, prefix_index_blocks=settings.prefix_index_blocks)
+    # The models' external providers: a key that cannot be read stops the start here.
+    overflow = Overflow(table, metrics, rng=rng)
     # Every API's credential places, each taken on every client route; and never forwarded.
     credentials = tuple(dict.fromkeys(c for api in apis for c in api.credentials))
     forwarding = Forwarding(
@@ -170,6 +175,7 @@ def create_app(
         # A failed call opens it for one Redis timeout: then one request probes again.
         breaker = RedisBreaker(cool_down_s=settings.redis_timeout_s)
         upstream = Upstream(workers, router, metrics)
+        overflow.attach(workers)
         auth = Authenticator(
             keystore,
             breaker,
@@ -200,6 +206,8 @@ def create_app(
             drain=drain,
             salts=CacheSalts(redis, settings.cache_salt_secret, timeout_s=settings.redis_timeout_s),
             hosted_tools=frozenset(tool for api in apis for tool in api.hosted_tools),
+            body_lists={dialect: api.body_lists for api in apis for dialect in api.operations},
+            overflow=(overflow, OverflowCall(workers, metrics)) if overflow else None,
         )
         audit = AuditLog(redis, max_entries=settings.audit_max_entries)
         admin = AdminDeps(
@@ -365,7 +373,7 @@ def create_app(
     routes = planes.place(
         client=[
             # Each client API's routes, in the order of `apis` (gateway.apis.spec: route precedence).
-            *(route for api in apis for route in api.routes()),
+            *(route for api in apis for route in mount(api)),
             Route("/v1/key/info", key_info, methods=["GET"]),
             openapi.route([api.openapi for api in apis]),
         ],
@@ -381,7 +389,7 @@ def create_app(
             Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
         both=[
-            home_route(settings.admin_port),
+            home_route(settings.admin_port, {name: path for api in apis for name, path in api.home.items()}),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
         ],
@@ -395,6 +403,8 @@ def create_app(
                 metrics=metrics,
                 drain=drain,
                 forwarding=forwarding,
+                # The client APIs' paths, and the key's own (gateway/edge/key_info.py).
+                api_paths=(*(prefix for api in apis for prefix in api.paths), "/v1/key/info"),
                 encoded_paths=tuple(prefix for api in apis for prefix in api.encoded_paths),
                 model_readers=tuple(api.model_in_path for api in apis if api.model_in_path is not None),
             ),

@@ -23,6 +23,9 @@
             queue_timeout (every worker stayed busy for the pool's max_queue_wait),
             deadline_unreachable (every worker busy: the first token cannot come before the
             request's deadline, x-sluicegate-deadline-ms),
+            overflow_unavailable (the pools could not serve in time and the external overflow
+            provider failed, refused or is at capacity: the platform's capacity, not the client's limit),
+            overflow_not_allowed (the pools cannot serve it, and its team or key does not allow overflow),
             shutting_down (the gateway's drain ran out while the request was in flight),
             server_busy (the gateway holds as many client connections as it may; refused below the app),
             idp_unavailable (the identity provider's keys cannot be fetched to check a new token)
@@ -78,6 +81,10 @@ class ErrorCode(enum.Enum):
     POOL_SATURATED = ("pool_saturated", 503, "upstream_error")
     QUEUE_TIMEOUT = ("queue_timeout", 503, "upstream_error")
     DEADLINE_UNREACHABLE = ("deadline_unreachable", 503, "upstream_error")
+    # The model's pools cannot serve in time, and the overflow provider failed or is at capacity;
+    # or this key's team does not allow overflow (gateway/overflow/).
+    OVERFLOW_UNAVAILABLE = ("overflow_unavailable", 503, "upstream_error")
+    OVERFLOW_NOT_ALLOWED = ("overflow_not_allowed", 503, "upstream_error")
     SHUTTING_DOWN = ("shutting_down", 503, "server_error")
     SERVER_BUSY = ("server_busy", 503, "server_error")
     IDP_UNAVAILABLE = ("idp_unavailable", 503, "server_error")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,7 +34,8 @@ from gateway.model_table import (
     RoutingConfig,
     Timeouts,
 )
-from gateway.pricing import parse_price
+from gateway.overflow.config import parse_overflow
+from gateway.pricing import Price, parse_price
 from gateway.proxy.engine_ids import ENGINE_ID_FIELDS
 
 # RFC 1123 label (namespaces) and DNS-1035 label (Services, port names): what the API server accepts.
@@ -81,17 +83,24 @@ def parse_model_table(document: Any) -> ModelTable:
 def _one_currency(models: tuple[ModelConfig, ...]) -> None:
     """Costs of different models are summed into a team's total, which only means something in
     one currency."""
-    first: tuple[int, str] | None = None
-    for i, model in enumerate(models):
-        if model.price is None:
-            continue
+    first: tuple[str, str] | None = None
+    for where, price in _prices(models):
         if first is None:
-            first = (i, model.price.currency)
-        elif model.price.currency != first[1]:
+            first = (where, price.currency)
+        elif price.currency != first[1]:
             raise ConfigError(
-                f"models[{i}].price.currency: {model.price.currency} differs from models[{first[0]}]'s "
+                f"{where}.price.currency: {price.currency} differs from {first[0]}'s "
                 f"{first[1]}: every price of the table is in one currency, so costs can be summed"
             )
+
+
+def _prices(models: tuple[ModelConfig, ...]) -> Iterator[tuple[str, Price]]:
+    """Every price of the table, its models' and their overflow providers', with where it is."""
+    for i, model in enumerate(models):
+        if model.price is not None:
+            yield f"models[{i}]", model.price
+        for j, provider in enumerate(model.overflow.providers if model.overflow else ()):
+            yield f"models[{i}].overflow.providers[{j}]", provider.price
 
 
 def _require_mapping(value: Any, where: str, *, allowed: set[str]) -> None:
@@ -146,6 +155,8 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         "cache_isolation",
         "engine_fields",
         "max_logprobs",
+        "engine_priority",
+        "overflow",
         *_OUTPUT_FIELDS,
     }
     _require_mapping(raw, where, allowed=allowed | _TARGET_FIELDS)
@@ -188,6 +199,8 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         cache_isolation=_cache_isolation(raw.get("cache_isolation", "team"), f"{where}.cache_isolation"),
         engine_fields=_engine_fields(raw.get("engine_fields", []), f"{where}.engine_fields"),
         max_logprobs=_max_logprobs(raw.get("max_logprobs", 5), f"{where}.max_logprobs"),
+        engine_priority=_bool(raw.get("engine_priority", False), f"{where}.engine_priority"),
+        overflow=parse_overflow(raw.get("overflow"), f"{where}.overflow"),
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gateway.overflow.config import OverflowConfig
 from gateway.pricing import Price
 
 MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
@@ -151,6 +152,14 @@ class ModelConfig:
     # The most logprobs a request may ask for per token (`top_logprobs`, completions' `logprobs`,
     # `prompt_logprobs`): each is engine work and answer bytes for every token.
     max_logprobs: int = 5
+    # The workers run vLLM with `--scheduling-policy priority`: a background (batch) request's
+    # worker body then carries a positive `priority`, so interactive requests (0) overtake it in
+    # the engine's queue (gateway/proxy/translation/engine_priority.py). Off by default: vLLM
+    # refuses a non-zero priority from a server without that policy.
+    engine_priority: bool = False
+    # External OpenAI-compatible providers that serve it when its pools and fallbacks cannot in
+    # time, for teams that allow it (gateway/overflow/, docs/overflow.md); None: never.
+    overflow: OverflowConfig | None = None
 
     @property
     def wire_model(self) -> str:

@@ -20,6 +20,7 @@ import openai
 import pytest
 import redis
 
+from gateway.apis import APIS, ClientApi
 from gateway.app import create_app
 from gateway.cli import AdminClient
 from gateway.config import Settings
@@ -177,7 +178,10 @@ def session_log() -> Iterator[SessionLog]:
 
 def _gateway_factory(redis_url: str, worker_url: str, session_log: SessionLog) -> GatewayFactory:
     @contextlib.contextmanager
-    def factory(table: ModelTable | None = None, **overrides: Any) -> Iterator[Gateway]:
+    def factory(
+        table: ModelTable | None = None, *, apis: tuple[ClientApi, ...] = APIS, **overrides: Any
+    ) -> Iterator[Gateway]:
+        """`apis`: the client APIs the app serves (one more is one more entry: tests/apis/toy_api)."""
         admin_token = "adm-" + secrets.token_urlsafe(32)
         sock = listening_socket()
         fields: dict[str, Any] = {
@@ -191,7 +195,7 @@ def _gateway_factory(redis_url: str, worker_url: str, session_log: SessionLog) -
             ),
         }
         settings = Settings(**{**fields, **overrides})
-        app = create_app(settings, table or default_table(worker_url))
+        app = create_app(settings, table or default_table(worker_url), apis=apis)
         with run_uvicorn(app, sock=sock, settings=settings) as url:
             gw = Gateway(
                 url=url, admin_token=admin_token, settings=settings, secrets_created=session_log.secrets

@@ -83,6 +83,9 @@ def schema_rows(schema: dict[str, Any], prefix: str) -> list[tuple[str, str]]:
         path = f"{prefix}{key}"
         rows.append((path, description(node, path)))
         rows += schema_rows(node, f"{path}.")
+        items = node.get("items")
+        if isinstance(items, dict) and "properties" in items:  # a list of objects: each one's keys
+            rows += schema_rows(items, f"{path}<items>.")
     return rows
 
 

@@ -21,6 +21,7 @@ _LIMIT_FLAGS = (
     "weight",
     "priority",
     "default_deadline_ms",
+    "overflow",
 )
 
 
@@ -95,6 +96,13 @@ def add_limit_flags(parser: argparse.ArgumentParser, *, team: bool, update: bool
         type=int,
         help="milliseconds a request that sends no x-sluicegate-deadline-ms may wait for its first "
         "token before it is refused (1 to 86400000)" + ("" if team else "; a key's overrides its team's"),
+    )
+    parser.add_argument(
+        "--overflow",
+        choices=("allowed", "denied"),
+        help="whether requests may be served by a model's external overflow provider when its "
+        "own workers cannot in time (docs/overflow.md): "
+        + ("denied unless a team allows it" if team else "a key may deny what its team allows"),
     )
     parser.add_argument(
         "--model-limit",

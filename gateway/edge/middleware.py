@@ -23,8 +23,6 @@ from gateway.state import RequestState
 
 access_log = logging.getLogger("sluicegate.access")
 _QUIET_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
-# The client APIs' requests, which get a span and the request metrics: Gemini's live under /v1beta/.
-_API_PATHS = ("/v1/", "/v1beta/")
 # Routing sees the decoded path, so `/admin%2Fv1/teams` or `/%61dmin/v1/teams` would reach
 # `/admin/v1/teams` past an ingress rule that matches the raw `/admin/`. No route of the gateway
 # needs percent-encoding, so any is refused...
@@ -38,7 +36,7 @@ _ACCESS_TEXT = (
     "request_id=%(request_id)s client_request_id=%(client_request_id)s api=%(api)s method=%(method)s "
     "path=%(path)s status=%(status)d duration_ms=%(duration_ms).1f model=%(model)s team=%(team)s "
     "key_id=%(key_id)s prompt_tokens=%(prompt_tokens)d completion_tokens=%(completion_tokens)d "
-    "outcome=%(outcome)s endpoint=%(endpoint)s requested_model=%(requested_model)s "
+    "outcome=%(outcome)s endpoint=%(endpoint)s served_by=%(served_by)s requested_model=%(requested_model)s "
     "error=%(error)s param=%(param)s session=%(session)s user_agent=%(user_agent)s"
 )
 _MAX_CLIENT_TEXT = 256
@@ -63,13 +61,20 @@ class RequestContextMiddleware:
         drain: Drain,
         forwarding: Forwarding | None = None,
         *,
+        api_paths: Sequence[str] = (),
         encoded_paths: Sequence[bytes] = (),
         model_readers: Sequence[Callable[[str], str | None]] = (),
     ) -> None:
-        """`encoded_paths` and `model_readers`: the client APIs' (gateway.apis), handed down by
-        the app: where a percent-encoded model name may come, and how an API that names the
-        model in its path says which (the access log's `requested_model` when the body did not)."""
+        """`api_paths`, `encoded_paths` and `model_readers`: the client APIs' (gateway.apis),
+        handed down by the app: the path prefixes of their requests, which get the request
+        metrics and a span; where a percent-encoded model name may come; and how an API that names
+        the model in its path says which (the access log's `requested_model` when the body did
+        not)."""
         self.app = app
+        # One test per request: a prefix under another one adds nothing.
+        self.api_paths = tuple(
+            p for p in dict.fromkeys(api_paths) if not any(p != q and p.startswith(q) for q in api_paths)
+        )
         self.metrics = metrics
         self.drain = drain
         self.forwarding = forwarding or Forwarding()  # who the client is, behind trusted proxies
@@ -102,7 +107,7 @@ class RequestContextMiddleware:
         state["ctx"] = ctx
         # The lifespan's Tracing, or None when tracing is off: then this test is its whole cost.
         tracing = state.get("tracing")
-        if tracing is not None and scope["path"].startswith(_API_PATHS):
+        if tracing is not None and scope["path"].startswith(self.api_paths):
             ctx.trace = tracing.start(scope, ctx, self.forwarding.client_address(scope))
         # The client's id is echoed back as it sent it; the gateway's own always comes too.
         id_headers = (
@@ -145,7 +150,7 @@ class RequestContextMiddleware:
         elapsed = time.perf_counter() - ctx.started
         path: str = scope["path"]
         status = ctx.status or 500
-        if path.startswith(_API_PATHS):
+        if path.startswith(self.api_paths):
             model = ctx.model or UNKNOWN_MODEL
             # `api` is a dialect's name (or "models"): set by the code, never by the client.
             api = ctx.api or "none"
@@ -180,6 +185,7 @@ class RequestContextMiddleware:
             team=loggable(ctx.team) if ctx.team else None,
             key_id=loggable(ctx.key_id) if ctx.key_id else None,
             endpoint=ctx.endpoint or None,
+            served_by=ctx.served_by or None,
             attempts=ctx.attempts,
             ttft_ms=None if ctx.ttft_ms is None else round(ctx.ttft_ms, 1),
             duration_ms=round(elapsed * 1000, 1),

@@ -46,6 +46,8 @@ API_ONLY = (
     "pool_saturated",
     "queue_timeout",
     "deadline_unreachable",
+    "overflow_unavailable",
+    "overflow_not_allowed",
 )
 
 

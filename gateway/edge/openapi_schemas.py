@@ -82,6 +82,14 @@ def limits(*, budgets: bool, weight: bool | None = None, per_model: bool = True)
             "(a key's overrides its team's); one that cannot get it in time is refused at once.",
             maximum=86_400_000,
         )
+        properties["overflow"] = nullable(
+            {
+                "type": "string",
+                "enum": ["allowed", "denied"],
+                "description": "Whether requests may be served by a model's external overflow "
+                "provider (docs/overflow.md): denied unless the team allows it; a key may deny it.",
+            }
+        )
         properties["model_limits"] = nullable(
             {
                 "type": "object",

@@ -52,6 +52,7 @@ class RequestContext:
     # the first output and finish reason, by Settlement.finish), for the access log and the span.
     served_by_model: str = ""  # the model that answered: the one asked for, or a fallback
     endpoint: str = ""  # the worker endpoint's URL
+    served_by: str = ""  # "overflow:<provider>" when an external provider answered (gateway/overflow/)
     attempts: int = 0  # worker attempts, retries included
     ttft_ms: float | None = None  # a stream's first output, from the request's start
     finish_reason: str = ""

@@ -194,8 +194,13 @@ class Admission:
             headers=headers,
         )
 
-    def settlements(self, prompt: int, completion: int) -> list[tuple[str, str, str]]:
-        """(redis key, settle.lua kind, argument) for every limit this admission charged."""
+    def settlements(
+        self, prompt: int, completion: int, *, charged: Price | bool | None = True
+    ) -> list[tuple[str, str, str]]:
+        """(redis key, settle.lua kind, argument) for every limit this admission charged.
+        `charged`: the price the request's tokens cost at, when it is not the one its money was
+        reserved at (True): a request that may overflow reserves at the higher of its model's
+        and its providers' prices, and costs what whoever served it charges (None: nothing)."""
         # What each way of counting gives back, worked out once rather than per limit.
         back_in = self.reservation.prompt_tokens - prompt
         back_out = self.reservation.completion_tokens - completion
@@ -227,7 +232,8 @@ class Admission:
                 # What was reserved, less what the tokens cost: both rounded up, integers.
                 fixed, per_output = money_costs(limit.price, self.reservation.prompt_tokens)
                 reserved = fixed + per_output * self.reservation.completion_tokens
-                give_back = reserved - limit.price.nano_cost(prompt, completion)
+                price = limit.price if charged is True else charged if isinstance(charged, Price) else None
+                give_back = reserved - (price.nano_cost(prompt, completion) if price is not None else 0)
                 if give_back:
                     out.append((limit.redis_key, limit.kind.script_kind, str(give_back)))
         return out

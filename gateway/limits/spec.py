@@ -37,13 +37,17 @@ _KEY_BUDGET_FIELDS = ("daily_tokens", "monthly_tokens")
 COST_FIELDS = ("daily_cost", "monthly_cost")
 _COST_DECIMALS = 9  # a nano-unit
 # Teams and keys, not per model; each with a range of its own (checked by _priority, _deadline).
-_SHARE_FIELDS = ("priority", "default_deadline_ms")
+_SHARE_FIELDS = ("priority", "default_deadline_ms", "overflow")
 PRIORITY_RANGE = (1, 9)
 _DECIMAL_RE = re.compile(r"[0-9]{1,16}(\.[0-9]+)?")  # no sign, no exponent: "12", "0.5", "12.50"
 # The Files and Batch API (gateway/batch/, docs/batch.md): a team's batch lines not yet done, all
 # batches together, and its lines running at once on every replica; a key's `batches: false`
 # denies it the API.
 _BATCH_FIELDS = ("max_batch_lines", "batch_max_inflight")
+# Whether requests may go to a model's external overflow providers (docs/overflow.md): a team
+# allows it, a key may deny it for itself; absent, denied.
+OVERFLOW_ALLOWED, OVERFLOW_DENIED = "allowed", "denied"
+OVERFLOW_CHOICES = (OVERFLOW_ALLOWED, OVERFLOW_DENIED)
 MAX_DEADLINE_MS = 86_400_000  # a day: more is a mistake, not a deadline (gateway/routing/deadline.py)
 
 
@@ -67,6 +71,9 @@ class LimitSet:
     max_batch_lines: int | None = None  # teams only
     batch_max_inflight: int | None = None  # teams only
     batches: bool | None = None  # teams and keys: False denies the Files and Batch API
+    # Teams and keys (not per model): "allowed" or "denied"; a team's default is denied, and a
+    # key's "denied" refuses it for that key whatever its team says (gateway/overflow/).
+    overflow: str | None = None
     per_model: Mapping[str, LimitSet] = field(default_factory=dict)
 
     @property
@@ -173,6 +180,18 @@ def _deadline(value: Any) -> int:
     return value
 
 
+def _overflow(value: Any) -> str:
+    if value not in OVERFLOW_CHOICES:
+        why = f"'overflow' must be one of {', '.join(OVERFLOW_CHOICES)}."
+        raise GatewayError(ErrorCode.INVALID_REQUEST, why, param="overflow")
+    return str(value)
+
+
+def overflow_allowed(team: LimitSet, key: LimitSet) -> bool:
+    """Whether a request of this key may be served by an overflow provider."""
+    return team.overflow == OVERFLOW_ALLOWED and key.overflow != OVERFLOW_DENIED
+
+
 def parse_limits(body: Mapping[str, Any], *, budgets: bool, where: str = "") -> LimitSet:
     """The limit fields of an admin request body (unknown fields are the caller's business):
     `budgets` for a team's (budgets and weight); otherwise a key's (budgets), or with `where` a
@@ -198,6 +217,8 @@ def parse_limits(body: Mapping[str, Any], *, budgets: bool, where: str = "") -> 
         values["batches"] = body["batches"]
     if not where and body.get("default_deadline_ms") is not None:
         values["default_deadline_ms"] = _deadline(body["default_deadline_ms"])
+    if not where and body.get("overflow") is not None:
+        values["overflow"] = _overflow(body["overflow"])
     counts = body.get("tpm_counts", "total")
     if counts not in TOKEN_COUNTS:
         raise GatewayError(

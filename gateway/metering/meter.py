@@ -14,8 +14,10 @@ usage with no api (`null` in a report) and stay until the day's hash expires. Si
 recorded, a field also names the price version the requests were priced at,
 `"<key_id>|<model>|<api>|<price_version>|<counter>"`: usage at two prices is two rows, each keeping
 its own cost; fields without one are usage recorded before costs were (`price_version` null, which
-the report prices as today). Key ids, model names, api names and price versions never hold a `|`,
-so the number of parts tells the layouts apart.
+the report prices as today). Usage an overflow provider served adds who served it,
+`"<key_id>|<model>|<api>|<price_version>|overflow:<provider>|<counter>"` (gateway/overflow/). Key
+ids, model names, api names, price versions and provider names never hold a `|`, so the number of
+parts tells the layouts apart.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ def _field_prefix(usage: UsageRecord) -> str:
     # A record spooled before the api (or its cost) existed has none: it is written in the layout
     # it came from.
     if _costed(usage):
+        if usage.served_by:  # an overflow provider's usage: rows of their own
+            return f"{usage.key_id}|{usage.model}|{usage.api}|{usage.price_version}|{usage.served_by}"
         return f"{usage.key_id}|{usage.model}|{usage.api}|{usage.price_version}"
     if usage.api:
         return f"{usage.key_id}|{usage.model}|{usage.api}"
@@ -251,14 +255,15 @@ class Meter:
 
 
 def _rows_of_day(team: str, day: str, raw: dict[bytes, bytes]) -> list[dict[str, object]]:
-    grouped: dict[tuple[str, str, str, str], dict[str, int]] = defaultdict(dict)
+    grouped: dict[tuple[str, str, str, str, str], dict[str, int]] = defaultdict(dict)
     for field, value in raw.items():
         key_id, model, *rest = field.decode().split("|")
         api = rest[0] if len(rest) >= 2 else ""  # old layout: "<key_id>|<model>|<counter>"
-        version = rest[1] if len(rest) == 3 else ""  # recorded before costs were: none
-        grouped[(key_id, model, api, version)][rest[-1]] = int(value)
+        version = rest[1] if len(rest) >= 3 else ""  # recorded before costs were: none
+        served_by = rest[2] if len(rest) == 4 else ""  # an overflow provider's (gateway/overflow/)
+        grouped[(key_id, model, api, version, served_by)][rest[-1]] = int(value)
     rows: list[dict[str, object]] = []
-    for (key_id, model, api_name, version), counters in sorted(grouped.items()):
+    for (key_id, model, api_name, version, served_by), counters in sorted(grouped.items()):
         row: dict[str, object] = {"team": team, "key_id": key_id, "model": model, "day": day}
         for name in COUNTERS:
             row[name] = counters.get(name, 0)
@@ -267,5 +272,6 @@ def _rows_of_day(team: str, day: str, raw: dict[bytes, bytes]) -> list[dict[str,
         # (an empty CSV cell) for usage written before it was recorded.
         row["api"] = api_name or None
         row["price_version"] = version or None
+        row["served_by"] = served_by or None
         rows.append(row)
     return rows

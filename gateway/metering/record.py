@@ -30,6 +30,9 @@ class UsageRecord:
     # costs were recorded: its usage is written without a cost, and reports price it as today.
     cost_nano: int = 0
     price_version: str = ""
+    # Who answered when it was not the model's own workers: "overflow:<provider>" (gateway/overflow/).
+    # A row of the usage report of its own; "" for the workers.
+    served_by: str = ""
 
     @staticmethod
     def today() -> str:

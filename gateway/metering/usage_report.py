@@ -23,7 +23,8 @@ from gateway.pricing import UNPRICED, Price, add, amount, currency_of, from_nano
 DIMENSIONS = ("team", "key_id", "model", "day")
 COUNTERS = ("requests", "prompt_tokens", "completion_tokens", "errors", "disconnects", "total_tokens")
 # `cost` and `currency` after `api`, then `cost_source` and `price_version`, for the same reason.
-COLUMNS = (*DIMENSIONS, *COUNTERS, "api", "cost", "currency", "cost_source", "price_version")
+# `served_by` last: null for the model's workers, "overflow:<provider>" for an external provider.
+COLUMNS = (*DIMENSIONS, *COUNTERS, "api", "cost", "currency", "cost_source", "price_version", "served_by")
 RECORDED, REPRICED, MIXED = "recorded", "repriced", "mixed"
 
 GroupBy = Literal["team", "key", "model", "api", "day"]

@@ -272,6 +272,7 @@ class Metrics:
         )
         self._fair_share_metrics(r)
         self._deadline_metrics(r)
+        self._files_metrics(r)
         self.prefix_routing = Counter(
             "sluicegate_prefix_routing_total",
             "prefix_affinity decisions: hit (an endpoint with the longest cached prefix), miss (none "
@@ -341,6 +342,32 @@ class Metrics:
             "(the estimate deadlines are refused by; negative: it was served sooner than estimated).",
             ["pool"],
             buckets=_ESTIMATE_ERROR_BUCKETS,
+            registry=r,
+        )
+        # Overflow to external providers (gateway/overflow/): providers are the model file's and
+        # teams the admin API's, so both labels are bounded.
+        self.overflow_requests = Counter(
+            "sluicegate_overflow_requests_total",
+            "Requests sent to an external overflow provider (provider: <model>/<provider name>), by team "
+            "and outcome (served: the provider answered; unavailable: it failed, a 503 to the client).",
+            ["provider", "team", "outcome"],
+            registry=r,
+        )
+        self.overflow_refusals = Counter(
+            "sluicegate_overflow_refusals_total",
+            "Requests a model's pools could not serve in time that did not overflow (reason=denied: the "
+            "team or key does not allow it; busy: each provider at max_concurrency or its breaker open).",
+            ["model", "reason"],
+            registry=r,
+        )
+
+    def _files_metrics(self, r: CollectorRegistry) -> None:
+        """gateway/files/retention.py."""
+        self.files_expired = Counter(
+            "sluicegate_files_expired_total",
+            "Stored files (uploads, batch outputs) deleted by the retention sweep for being older than "
+            "SLUICEGATE_FILES_RETENTION_S, by store kind (directory, s3).",
+            ["store"],
             registry=r,
         )
 

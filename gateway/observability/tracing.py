@@ -67,6 +67,8 @@ class TracedRequest(Protocol):
     @property
     def served_by_model(self) -> str: ...
     @property
+    def served_by(self) -> str: ...
+    @property
     def outcome(self) -> str: ...
     @property
     def prompt_tokens(self) -> int: ...
@@ -357,6 +359,8 @@ class RequestTrace:
             attributes["gen_ai.request.model"] = ctx.model
         if ctx.served_by_model:
             attributes["gen_ai.response.model"] = ctx.served_by_model
+        if ctx.served_by:
+            attributes["sluicegate.served_by"] = ctx.served_by
         if ctx.outcome:  # settled: the counts are the metered ones
             attributes["gen_ai.usage.input_tokens"] = ctx.prompt_tokens
             attributes["gen_ai.usage.output_tokens"] = ctx.completion_tokens

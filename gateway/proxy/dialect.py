@@ -80,16 +80,12 @@ class Call(Protocol):
         ...
 
     def worker_body(
-        self,
-        wire_model: str,
-        *,
-        continuous_usage: bool,
-        max_tokens: int | None,
-        cache_salt: str | None = None,
+        self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None, cache_salt: str | None
     ) -> bytes:
         """`max_tokens`: the cap per answer the worker must get, in the API's own field (None:
         the request generates nothing, as embeddings). `cache_salt`: the one the worker gets, in
-        place of any the client sent (None: none; embeddings never get one)."""
+        place of any the client sent (None: none; embeddings never get one). Never a default: a
+        call that forgot the team's salt would share a worker's prefix cache across teams."""
         ...
 
 

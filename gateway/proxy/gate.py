@@ -70,11 +70,17 @@ class Gate:
         `ctx.model`: admitted by its request limits (a 429 if not), its slot freed however it ends."""
         return self._limits.held(principal, ctx)
 
-    def visible(self, key: KeyRecord, name: str) -> ModelRoute | None:
-        """The model `name` names, if the key may use it; None for one it may not, as for one that
-        does not exist: where a key learns nothing about the models of other teams."""
+    def visible(self, key: KeyRecord, name: str) -> ModelRoute:
+        """The model `name` names, if the key may use it; for one it may not, the same 404 as for
+        one that does not exist: where a key learns nothing about the models of other teams."""
         route = self._router.resolve(name)
-        return route if route is not None and key.may_use(route.model.name) else None
+        if route is None or not key.may_use(route.model.name):
+            raise GatewayError(
+                ErrorCode.MODEL_NOT_FOUND,
+                f"The model '{sanitised(name)}' does not exist or this key may not use it.",
+                param="model",
+            )
+        return route
 
     def models(self, key: KeyRecord) -> list[ModelRoute]:
         """Every model this key may use."""

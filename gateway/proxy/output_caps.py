@@ -63,7 +63,11 @@ class OutputCaps:
                 self._upstream,
                 route,
                 lambda pool: tokenize_body(
-                    orjson.loads(call.worker_body(pool.wire_model, continuous_usage=False, max_tokens=None)),
+                    orjson.loads(
+                        call.worker_body(
+                            pool.wire_model, continuous_usage=False, max_tokens=None, cache_salt=None
+                        )
+                    ),
                     pool.wire_model,
                 ),
             )

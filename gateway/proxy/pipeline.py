@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -33,8 +33,12 @@ from gateway.keys.auth import Principal
 from gateway.limits.admission import Admission, RateLimiter
 from gateway.limits.output import OutputCap
 from gateway.limits.plans import LimitPlans
+from gateway.limits.spec import overflow_allowed
 from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
+from gateway.overflow import decision
+from gateway.overflow.call import CHAT_PATH, SERVED_BY_HEADER, OverflowCall, provider_body
+from gateway.overflow.providers import ModelOverflow, Overflow
 from gateway.pricing import Price
 from gateway.proxy import parsing, whole_answer
 from gateway.proxy.answer_bytes import AnswerBytes
@@ -48,7 +52,7 @@ from gateway.proxy.relay import STREAM_HEADERS, StreamRelay
 from gateway.proxy.remembering import Remembering
 from gateway.proxy.settlement import Settlement, Submitter
 from gateway.proxy.translation import ignored, model_rules
-from gateway.proxy.translation.bounds import BodyBounds
+from gateway.proxy.translation.bounds import BodyBounds, BodyLists
 from gateway.proxy.upstream import Upstream, UpstreamResponse
 from gateway.proxy.worker_protocols import CHAT
 from gateway.routing import share
@@ -83,7 +87,11 @@ class Admitted:
     prompt_estimate: int
     priority: int  # its band in a saturated pool (gateway/routing/share.py)
     deadline: float | None  # when its first token must come by, time.monotonic() (routing/deadline.py)
-    price: Price | None  # the model's, with its batch multiplier for a batch line
+    # The model's overflow when this request is one that could take it (gateway/overflow/), and
+    # whether its team and key allow it: then its money was reserved at the higher price.
+    overflow: ModelOverflow | None = None
+    overflow_allowed: bool = False
+    price: Price | None = None  # the model's, with its batch multiplier for a batch line
 
 
 class Pipeline:
@@ -102,13 +110,21 @@ class Pipeline:
         drain: Drain,
         salts: CacheSalts,
         hosted_tools: frozenset[str] = frozenset(),
+        body_lists: Mapping[str, BodyLists] | None = None,
+        overflow: tuple[Overflow, OverflowCall] | None = None,
     ) -> None:
-        """`hosted_tools`: the hosted tool types the client APIs declare beyond the known ones
-        (gateway.apis), metric labels of what a translation dropped."""
+        """What the client APIs declare (gateway.apis), handed down by the app: `hosted_tools`,
+        the hosted tool types, metric labels of what a translation dropped; `body_lists`, per
+        dialect name, the list fields of its bodies the item bound counts. `overflow`: the models'
+        external providers and the call to them (gateway/overflow/), when any model has some."""
         self._settings = settings
         self._bounds = BodyBounds(
             settings.max_messages, settings.max_content_parts, settings.max_tools, settings.max_body_values
         )
+        # Per dialect: the settings' bounds over its API's lists (a dialect not named: none counted).
+        self._dialect_bounds = {
+            name: replace(self._bounds, lists=lists) for name, lists in (body_lists or {}).items()
+        }
         # Whole answers held at once, across every request of this replica (a 503 past it).
         self._answers = answers = AnswerBytes(settings.max_buffered_answer_bytes)
         metrics.buffered_answer_bytes.set_function(lambda: answers.held)
@@ -125,6 +141,7 @@ class Pipeline:
         self._plans = LimitPlans()
         self._meter = meter
         self._metrics = metrics
+        self._overflow = overflow
 
     async def serve(self, dialect: Dialect[Any], scope: Scope, receive: Receive, send: Send) -> None:
         ctx = RequestContext.of(scope)
@@ -195,7 +212,12 @@ class Pipeline:
                 deadline = time.monotonic() - (time.perf_counter() - ctx.started) + ms / 1000
         body = await read_body(request, self._settings.max_body_bytes, self._settings.body_timeout_s)
         call = parsing.parse(
-            dialect, body, self._router.native_models(dialect.name), ctx, request, self._bounds
+            dialect,
+            body,
+            self._router.native_models(dialect.name),
+            ctx,
+            request,
+            self._dialect_bounds.get(dialect.name, self._bounds),
         )
         requested = self._gate.model(key, call.model, ctx)
         call = model_rules.apply(call, requested.model)  # native_normalise, hosted_tools
@@ -205,6 +227,14 @@ class Pipeline:
         price = requested.model.price
         if ctx.batch and price is not None:
             price = price.batched()
+        # Inline: no call at all on the path of a gateway without overflow (tests/perf/budget.json).
+        # A batch line runs on idle capacity only, never on a provider.
+        overflow = (
+            None
+            if self._overflow is None or ctx.batch
+            else self._overflow_of(call, requested.model.name, holder)
+        )
+        may_overflow = overflow is not None and overflow_allowed(team, key.limits)
         planned = self._plans.plan(
             key.team,
             principal.team_limits,
@@ -212,7 +242,8 @@ class Pipeline:
             key.limits,
             ctx.model,
             dt.datetime.now(dt.UTC),
-            price,
+            # In the same round trip: money at the higher of the model's and its providers' prices.
+            overflow.ceiling if may_overflow and overflow is not None else price,
         )
         history = 0 if holder is None else holder.tokens
         prompt = call.estimated_prompt_tokens() + history
@@ -231,8 +262,28 @@ class Pipeline:
         capped = cap.admitted(admission)
         priority = share.band(key.limits.priority, team.priority, priority_header)
         return Admitted(
-            call, principal, requested, admission, holder, capped, salt, prompt, priority, deadline, price
+            call,
+            principal,
+            requested,
+            admission,
+            holder,
+            capped,
+            salt,
+            prompt,
+            priority,
+            deadline,
+            overflow,
+            may_overflow,
+            price,
         )
+
+    def _overflow_of(self, call: Call, model: str, holder: Holder | None) -> ModelOverflow | None:
+        """The model's overflow, for a request in the chat contract that continues nothing."""
+        if self._overflow is None or holder is not None or call.protocol is not CHAT:
+            return None
+        if call.worker_path != CHAT_PATH:
+            return None
+        return self._overflow[0].of(model)
 
     def _share_ticket(self, admitted: Admitted) -> ShareTicket:
         """The request's weight in a saturated pool's token fair share, from what it reserved."""
@@ -311,28 +362,67 @@ class Pipeline:
             block_bytes=block_bytes,
             no_wait=ctx.batch,
         )
+        # Pools and fallbacks first; an overflow provider only when none can serve in time.
+        provider = (
+            None
+            if admitted.overflow is None
+            else decision.choose(
+                admitted.overflow,
+                plan,
+                route,
+                allowed=admitted.overflow_allowed,
+                deadline=admitted.deadline,
+                metrics=self._metrics,
+            )
+        )
+        if provider is not None:
+            # Its usage costs the provider's prices; the log, the span and the usage row say who
+            # served it (or failed to).
+            settlement.price, ctx.served_by = provider.price, provider.served_by
         # One watch for the queue, the worker's head and a whole answer's body: a client that
         # leaves during any of them frees the worker (a stream's relay watches on its own).
         watch = ClientWatch(receive, scope)
         try:
-            upstream = await self._upstream.open(
-                plan,
-                call.worker_path,
-                lambda pool: call.worker_body(
-                    pool.wire_model,
-                    continuous_usage=pool.model.continuous_usage,
-                    max_tokens=admitted.cap.per_answer,
-                    cache_salt=admitted.salt.for_model(pool.model.cache_isolation),
-                ),
-                self._forwarding.worker_headers(scope, ctx),
-                route,
-                head_deadline=head_deadline,
-                stream=call.stream,
-                attempt_failures=outcome.attempt_failures,
-                trace=ctx.trace,
-            )
+            if provider is not None and self._overflow is not None:
+                wire = provider.pool.wire_model
+                upstream = await self._overflow[1].open(
+                    provider,
+                    provider_body(
+                        call.worker_body(
+                            # A provider outside the trust boundary never gets the team's salt.
+                            wire,
+                            continuous_usage=False,
+                            max_tokens=admitted.cap.per_answer,
+                            cache_salt=None,
+                        ),
+                        wire,
+                        stream=call.stream,
+                    ),
+                    team=ctx.team,
+                    head_deadline=head_deadline,
+                    stream=call.stream,
+                )
+            else:
+                upstream = await self._upstream.open(
+                    plan,
+                    call.worker_path,
+                    lambda pool: call.worker_body(
+                        pool.wire_model,
+                        continuous_usage=pool.model.continuous_usage,
+                        max_tokens=admitted.cap.per_answer,
+                        cache_salt=admitted.salt.for_model(pool.model.cache_isolation),
+                    ),
+                    self._forwarding.worker_headers(scope, ctx),
+                    route,
+                    head_deadline=head_deadline,
+                    stream=call.stream,
+                    attempt_failures=outcome.attempt_failures,
+                    trace=ctx.trace,
+                )
             outcome.reached_worker = True
             ctx.endpoint, ctx.served_by_model = upstream.endpoint.url, upstream.pool.model.name
+            if provider is not None:
+                ctx.endpoint = ""  # served_by names it
             ctx.attempts = len(outcome.attempt_failures) + 1
             response = upstream.response
             streaming = call.stream and response.status == 200 and response.is_event_stream()
@@ -353,16 +443,20 @@ class Pipeline:
             if outcome.reached_worker:  # the answer broke off or timed out while being read
                 timed_out = error.code is ErrorCode.UPSTREAM_TIMEOUT
                 outcome.error_reason = Failure.ANSWER_TIMEOUT if timed_out else Failure.ANSWER_BROKEN
+                if provider is not None:
+                    provider.failed()
             raise
         finally:
             await watch.close()
         pool = upstream.pool
-        answer_name = call.model if pool.model is model else pool.model.name
+        answer_name = call.model if pool.model is model or provider is not None else pool.model.name
         headers = {
             **dialect.limit_headers(admitted.admission),
             **admitted.cap.headers(),
             MODEL_HEADER: pool.model.name,
         }
+        if provider is not None:
+            headers[SERVED_BY_HEADER] = provider.served_by
         team_id = admitted.principal.team_id
         remember = (
             None if call.protocol is CHAT else self._remembering(team_id, upstream, settlement, answer_name)
@@ -389,21 +483,26 @@ class Pipeline:
             if remember is not None:
                 await remember.resize()  # the worker's final count, once the client has the end
             return
-        await whole_answer.answer(
-            dialect,
-            call,
-            upstream,
-            body,
-            settlement,
-            answers=self._answers,
-            requested=model,
-            answer_name=answer_name,
-            headers=headers,
-            remember=remember,
-            scope=scope,
-            receive=receive,
-            send=send,
-        )
+        try:
+            await whole_answer.answer(
+                dialect,
+                call,
+                upstream,
+                body,
+                settlement,
+                answers=self._answers,
+                requested=model,
+                answer_name=answer_name,
+                headers=headers,
+                remember=remember,
+                scope=scope,
+                receive=receive,
+                send=send,
+            )
+        except GatewayError:
+            if provider is not None:
+                provider.failed()  # a 200 that is no JSON object: garbage counts on its breaker
+            raise
 
     def _remembering(
         self, team_id: str, upstream: UpstreamResponse, settlement: Settlement, answer_name: str

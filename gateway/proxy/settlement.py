@@ -151,10 +151,11 @@ class Settlement:
                 error=ending is Ending.ERROR,
                 disconnected=ending is Ending.DISCONNECTED,
                 day=UsageRecord.today(),
-                settlements=tuple(self.admission.settlements(prompt, completion)),
+                settlements=tuple(self.admission.settlements(prompt, completion, charged=price)),
                 api=ctx.api,
                 cost_nano=price.nano_cost(prompt, completion) if price is not None else 0,
                 price_version=price.version if price is not None else UNPRICED,
+                served_by=ctx.served_by,
             )
         )
         if self.share is None:

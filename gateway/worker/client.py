@@ -66,6 +66,9 @@ class WorkerClient:
         # One TLS context per target (scheme, host, port): a target's CA or client certificate
         # is its own, never another worker's.
         self._ssl: dict[tuple[str, str, int], ssl.SSLContext] = {}
+        # Targets verified against a CA file of their own (an overflow provider's `ca_file`), kept
+        # apart from `_ssl`, whose cache starts over.
+        self._pinned: dict[tuple[str, str, int], ssl.SSLContext] = {}
         self._closing = False
         # Every connection until its transport reports it lost: the pool's shutdown waits for them.
         self._open: set[WorkerConnection] = set()
@@ -134,6 +137,11 @@ class WorkerClient:
         response.release()
         return SmallAnswer(response.status, b"".join(parts), response.headers)
 
+    def trust(self, url: str, context: ssl.SSLContext) -> None:
+        """Connections to `url`'s target use `context` (an overflow provider's own CA, made by
+        `ssl.create_default_context(cafile=...)`, which verifies) instead of the default store's."""
+        self._pinned[parse_target(url).key] = context
+
     async def aclose(self) -> None:
         """Closes every connection, and waits (a little) until their sockets are closed: a loop
         that stops before then leaves them open."""
@@ -167,7 +175,7 @@ class WorkerClient:
         loop = asyncio.get_running_loop()
         context = None
         if target.tls:
-            context = self._ssl.get(target.key)
+            context = self._pinned.get(target.key) or self._ssl.get(target.key)
             if context is None:
                 if len(self._ssl) >= _TARGETS_KEPT:
                     self._ssl.clear()

@@ -461,6 +461,8 @@ def test_every_error_code_has_an_anthropic_type_and_status() -> None:
         ErrorCode.POOL_SATURATED,
         ErrorCode.QUEUE_TIMEOUT,
         ErrorCode.DEADLINE_UNREACHABLE,
+        ErrorCode.OVERFLOW_UNAVAILABLE,
+        ErrorCode.OVERFLOW_NOT_ALLOWED,
         ErrorCode.SHUTTING_DOWN,
         ErrorCode.SERVER_BUSY,
     }

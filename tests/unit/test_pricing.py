@@ -124,8 +124,9 @@ def test_grouped_usage_is_priced_per_model_before_it_is_summed() -> None:
     assert by_model["unpriced"]["cost"] is None
     assert by_model["unpriced"]["currency"] is None
     assert usage_report.totals(usage_report.priced([_row("ml", "unpriced", 1, 1)], prices))["cost"] is None
-    last = ["api", "cost", "currency", "cost_source", "price_version"]
-    assert list(usage_report.ordered(rows[0]))[-5:] == last
+    # Each column added at the end: readers by position still read what they did.
+    last = ["api", "cost", "currency", "cost_source", "price_version", "served_by"]
+    assert list(usage_report.ordered(rows[0]))[-6:] == last
     assert {r["cost_source"] for r in rows} == {"repriced"}  # none recorded a cost: today's prices
 
 

@@ -79,20 +79,24 @@ def test_the_output_asked_is_the_cap_given_and_every_answer_generated() -> None:
 
 def test_worker_body_asks_for_usage_on_every_chunk_and_renames_the_model() -> None:
     call = _chat({"stream": True, "stream_options": {"include_usage": False}})
-    body = orjson.loads(call.worker_body("upstream/name", continuous_usage=True, max_tokens=9))
+    body = orjson.loads(
+        call.worker_body("upstream/name", continuous_usage=True, max_tokens=9, cache_salt=None)
+    )
     assert body["model"] == "upstream/name"
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert body["max_tokens"] == 9
-    plain = orjson.loads(call.worker_body("m", continuous_usage=False, max_tokens=9))
+    plain = orjson.loads(call.worker_body("m", continuous_usage=False, max_tokens=9, cache_salt=None))
     assert plain["stream_options"] == {"include_usage": True}
     whole = _chat({"max_tokens": 9})
-    assert whole.worker_body("m", continuous_usage=True, max_tokens=9) is whole.raw  # nothing to change
+    assert (
+        whole.worker_body("m", continuous_usage=True, max_tokens=9, cache_salt=None) is whole.raw
+    )  # nothing to change
 
 
 def test_the_worker_gets_the_cap_in_the_field_the_client_used() -> None:
     def sent(body: dict[str, Any], cap: int | None) -> dict[str, Any]:
         parsed: dict[str, Any] = orjson.loads(
-            _chat(body).worker_body("m", continuous_usage=False, max_tokens=cap)
+            _chat(body).worker_body("m", continuous_usage=False, max_tokens=cap, cache_salt=None)
         )
         return parsed
 
@@ -102,7 +106,9 @@ def test_the_worker_gets_the_cap_in_the_field_the_client_used() -> None:
     both = sent({"max_completion_tokens": 500, "max_tokens": 600}, 100)
     assert (both["max_completion_tokens"], both["max_tokens"]) == (100, 100)
     embed = EMBEDDINGS.parse(b'{"model": "m", "input": "hello there"}')
-    assert "max_tokens" not in orjson.loads(embed.worker_body("x", continuous_usage=False, max_tokens=None))
+    assert "max_tokens" not in orjson.loads(
+        embed.worker_body("x", continuous_usage=False, max_tokens=None, cache_salt=None)
+    )
 
 
 def _chunk(content: str, usage: dict[str, int] | None = None, model: str = "up") -> dict[str, Any]:

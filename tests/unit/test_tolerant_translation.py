@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.apis import responses
 from gateway.apis.anthropic.dialect import MESSAGES, MessagesCall
 from gateway.apis.anthropic.request import translate
 from gateway.apis.anthropic.stream import AnthropicStream
@@ -454,8 +455,11 @@ def test_native_normalise_flattens_responses_tools_and_names_calls_back() -> Non
 
 
 def test_labels_are_a_bounded_set_and_the_header_is_sanitised_and_bounded() -> None:
-    assert ignored.label("tools[8]:web_search") == "tools:web_search"
-    assert ignored.label("tools[8]:my_own_thing") == "tools:other"
+    # A tool's known types are the ones the client APIs declare (gateway.apis: `hosted_tools`).
+    hosted = responses.API.hosted_tools
+    assert ignored.label("tools[8]:web_search", hosted) == "tools:web_search"
+    assert ignored.label("tools[8]:my_own_thing", hosted) == "tools:other"
+    assert ignored.label("tools[8]:web_search") == "tools:other"
     assert ignored.label("output_config") == "output_config"
     assert ignored.label("whatever_the_client_invents") == "other"
     assert ignored.label("messages[3].content[1]:document") == "messages.content:document"
@@ -468,7 +472,9 @@ def test_labels_are_a_bounded_set_and_the_header_is_sanitised_and_bounded() -> N
 def test_record_counts_by_api_and_label_and_notes_the_header() -> None:
     metrics = Metrics()
     ctx = RequestContext(request_id="r1")
-    ignored.record(ctx, "responses", ("tools[3]:web_search", "zzz", "include"), metrics)
+    ignored.record(
+        ctx, "responses", ("tools[3]:web_search", "zzz", "include"), metrics, responses.API.hosted_tools
+    )
     assert ctx.ignored == ("tools[3]:web_search", "zzz", "include")
     for field in ("tools:web_search", "other", "include"):
         assert (

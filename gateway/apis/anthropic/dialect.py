@@ -25,7 +25,7 @@ import orjson
 from starlette.responses import Response
 
 from gateway.apis.anthropic import errors as anthropic_errors
-from gateway.apis.anthropic.request import Translated, translate
+from gateway.apis.anthropic.request import BOUNDS, Translated, translate
 from gateway.apis.anthropic.stream import AnthropicStream, stop_reason
 from gateway.apis.anthropic.think import split_whole
 from gateway.errors import GatewayError
@@ -34,14 +34,10 @@ from gateway.limits.output import AskedOutput
 from gateway.proxy import worker_protocols
 from gateway.proxy.dialect import ClientStream
 from gateway.proxy.translation import native
-from gateway.proxy.translation.body import chat_worker_body
-from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
-from gateway.proxy.translation.engine_fields import HeldElsewhere
+from gateway.proxy.translation.bounds import BodyBounds, check_bounds
 from gateway.proxy.translation.native import NativeCall
+from gateway.proxy.translation.translated import TranslatedCall
 from gateway.proxy.usage import InvalidUsage, parse_usage
-from gateway.proxy.worker_protocols import WorkerProtocol
-
-WORKER_PATH = "/v1/chat/completions"
 
 
 def message_id() -> str:
@@ -49,7 +45,7 @@ def message_id() -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class MessagesCall(HeldElsewhere):
+class MessagesCall(TranslatedCall):
     request: Translated
 
     @property
@@ -61,20 +57,12 @@ class MessagesCall(HeldElsewhere):
         return self.request.stream
 
     @property
+    def chat(self) -> dict[str, Any]:
+        return self.request.chat
+
+    @property
     def user(self) -> str | None:
         return self.request.user
-
-    @property
-    def worker_path(self) -> str:
-        return WORKER_PATH
-
-    @property
-    def protocol(self) -> WorkerProtocol:
-        return worker_protocols.CHAT
-
-    @property
-    def continues(self) -> str | None:
-        return None
 
     @property
     def ignored(self) -> tuple[str, ...]:
@@ -86,27 +74,6 @@ class MessagesCall(HeldElsewhere):
     def estimated_prompt_tokens(self) -> int:
         return self.request.prompt_estimate
 
-    @property
-    def client_salt(self) -> str | None:
-        return None  # the translation sends the worker no field of the client's it does not know
-
-    def worker_body(
-        self,
-        wire_model: str,
-        *,
-        continuous_usage: bool,
-        max_tokens: int | None,
-        cache_salt: str | None = None,
-    ) -> bytes:
-        return chat_worker_body(
-            self.request.chat,
-            wire_model,
-            stream=self.stream,
-            continuous_usage=continuous_usage,
-            max_tokens=max_tokens,
-            cache_salt=cache_salt,
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class MessagesDialect:
@@ -116,7 +83,7 @@ class MessagesDialect:
     keepalive: bytes | None = b'event: ping\ndata: {"type": "ping"}\n\n'
 
     def parse(
-        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = DEFAULT_BOUNDS
+        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = BOUNDS
     ) -> MessagesCall | NativeCall:
         payload = native.for_native(raw, native_models)
         if payload is None:

@@ -50,6 +50,8 @@ _MAPPING: dict[ErrorCode, tuple[str, int]] = {
     ErrorCode.POOL_SATURATED: ("overloaded_error", OVERLOADED),
     ErrorCode.QUEUE_TIMEOUT: ("overloaded_error", OVERLOADED),
     ErrorCode.DEADLINE_UNREACHABLE: ("overloaded_error", OVERLOADED),
+    ErrorCode.OVERFLOW_UNAVAILABLE: ("overloaded_error", OVERLOADED),
+    ErrorCode.OVERFLOW_NOT_ALLOWED: ("overloaded_error", OVERLOADED),
     ErrorCode.SHUTTING_DOWN: ("overloaded_error", OVERLOADED),
     ErrorCode.SERVER_BUSY: ("overloaded_error", OVERLOADED),
     ErrorCode.IDP_UNAVAILABLE: ("api_error", 503),

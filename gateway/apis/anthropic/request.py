@@ -30,11 +30,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.proxy.translation.body import dumps, field_error, model_of, open_body
-from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
+from gateway.proxy.translation.bounds import BodyBounds, BodyLists, check_bounds
 from gateway.proxy.translation.chat_shape import fold_chat
 from gateway.proxy.translation.ignored import Dropped
 from gateway.proxy.usage import MAX_TOKENS
 
+# What the item bound counts (gateway.proxy.translation.bounds): the messages, each one's content
+# blocks, the tools.
+LISTS = BodyLists(items=("messages",), parts=("content",), tools=("tools",))
+BOUNDS = BodyBounds(lists=LISTS)
 _ROLES = ("user", "assistant")
 # Roles that carry instructions: read as system messages wherever they are.
 _SYSTEM_ROLES = ("system", "developer")
@@ -73,9 +77,7 @@ class Translated:
     ignored: tuple[str, ...] = ()  # what had no equivalent and was dropped (ignored.Dropped)
 
 
-def translate(
-    raw: bytes, *, needs_max_tokens: bool = True, bounds: BodyBounds = DEFAULT_BOUNDS
-) -> Translated:
+def translate(raw: bytes, *, needs_max_tokens: bool = True, bounds: BodyBounds = BOUNDS) -> Translated:
     body = open_body(raw)
     check_bounds(body, bounds)
     model = model_of(body)

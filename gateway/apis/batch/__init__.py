@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.apis.batch.openapi import OPENAPI
-from gateway.apis.batch.routes import routes
+from gateway.apis.batch.routes import SIDE_ROUTES
 from gateway.apis.openai.dialect import CHAT, COMPLETIONS, EMBEDDINGS
 from gateway.apis.responses.dialect import RESPONSES
 from gateway.apis.spec import ClientApi
@@ -16,10 +16,13 @@ from gateway.proxy.dialect import Dialect
 
 API = ClientApi(
     name="batch",
-    operations={"files": "files", "batches": "batches", "batch": "chat"},
     credentials=(BEARER,),
-    routes=routes,
     openapi=OPENAPI,
+    # Under the OpenAI API's /v1/: its metrics, spans and 404s already.
+    paths=("/v1/files", "/v1/batches"),
+    # A batch line's spans (`ctx.api` "batch") are chat-like; the routes' own are files/batches.
+    operations={"files": "files", "batches": "batches", "batch": "chat"},
+    side_routes=SIDE_ROUTES,
 )
 
 LINE_DIALECTS: dict[str, Dialect[Any]] = {

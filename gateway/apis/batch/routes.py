@@ -1,26 +1,29 @@
-"""The Files and Batch API's routes. Each handler answers a Redis or file store failure with a 503
-or 502 in OpenAI's envelope (never a 500: neither is a bug of the gateway's)."""
+"""The Files and Batch API's routes: side routes (gateway.apis.spec), one per path, each method to
+its handler. A Redis or file store failure is a 503 or 502 in OpenAI's envelope (never a 500:
+neither is a bug of the gateway's)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
 
 from gateway.apis.batch import batches, files
+from gateway.apis.spec import SideRoute
 from gateway.errors import ErrorCode, GatewayError
 from gateway.files.storage import StorageError
+from gateway.http.context import RequestContext
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def _guarded(handler: Handler) -> Handler:
-    async def endpoint(request: Request) -> Response:
+def _route(path: str, api: str, handlers: Mapping[str, Handler]) -> SideRoute:
+    async def handle(request: Request, ctx: RequestContext) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
         try:
-            return await handler(request)
+            return await handlers[method](request)
         except RedisError:
             raise GatewayError(
                 ErrorCode.REDIS_UNAVAILABLE, "The batch store is unavailable; try again shortly."
@@ -28,18 +31,14 @@ def _guarded(handler: Handler) -> Handler:
         except StorageError:
             raise files.storage_failed() from None
 
-    return endpoint
+    return SideRoute(path, tuple(handlers), api, handle)
 
 
-def routes() -> list[BaseRoute]:
-    return [
-        Route("/v1/files", _guarded(files.create_file), methods=["POST"]),
-        Route("/v1/files", _guarded(files.list_files), methods=["GET"]),
-        Route("/v1/files/{file_id}", _guarded(files.retrieve_file), methods=["GET"]),
-        Route("/v1/files/{file_id}", _guarded(files.delete_file), methods=["DELETE"]),
-        Route("/v1/files/{file_id}/content", _guarded(files.file_content), methods=["GET"]),
-        Route("/v1/batches", _guarded(batches.create_batch), methods=["POST"]),
-        Route("/v1/batches", _guarded(batches.list_batches), methods=["GET"]),
-        Route("/v1/batches/{batch_id}", _guarded(batches.retrieve_batch), methods=["GET"]),
-        Route("/v1/batches/{batch_id}/cancel", _guarded(batches.cancel_batch), methods=["POST"]),
-    ]
+SIDE_ROUTES = (
+    _route("/v1/files", "files", {"POST": files.create_file, "GET": files.list_files}),
+    _route("/v1/files/{file_id}", "files", {"GET": files.retrieve_file, "DELETE": files.delete_file}),
+    _route("/v1/files/{file_id}/content", "files", {"GET": files.file_content}),
+    _route("/v1/batches", "batches", {"POST": batches.create_batch, "GET": batches.list_batches}),
+    _route("/v1/batches/{batch_id}", "batches", {"GET": batches.retrieve_batch}),
+    _route("/v1/batches/{batch_id}/cancel", "batches", {"POST": batches.cancel_batch}),
+)

@@ -26,15 +26,18 @@ from gateway.apis.gemini.stream import GeminiStream
 from gateway.errors import GatewayError
 from gateway.limits.admission import Admission
 from gateway.limits.output import AskedOutput
-from gateway.proxy import worker_protocols
 from gateway.proxy.dialect import ClientStream
-from gateway.proxy.translation.body import chat_worker_body, open_body
-from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
-from gateway.proxy.translation.engine_fields import HeldElsewhere
-from gateway.proxy.worker_protocols import WorkerProtocol
+from gateway.proxy.translation.body import open_body
+from gateway.proxy.translation.bounds import BodyBounds, BodyLists, check_bounds
+from gateway.proxy.translation.translated import TranslatedCall
 
 NAME = "gemini"
-WORKER_PATH = "/v1/chat/completions"
+# What the item bound counts (gateway.proxy.translation.bounds): the contents, each one's parts,
+# the tools, a tool of function declarations counting each of them.
+LISTS = BodyLists(
+    items=("contents",), parts=("parts",), tools=("tools",), tool_groups=("functionDeclarations",)
+)
+BOUNDS = BodyBounds(lists=LISTS)
 
 
 def response_id() -> str:
@@ -42,7 +45,7 @@ def response_id() -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class GeminiCall(HeldElsewhere):
+class GeminiCall(TranslatedCall):
     request: Translated
     stream: bool
 
@@ -51,20 +54,12 @@ class GeminiCall(HeldElsewhere):
         return self.request.model
 
     @property
+    def chat(self) -> dict[str, Any]:
+        return self.request.chat
+
+    @property
     def user(self) -> str | None:
         return None  # Gemini has no end-user field
-
-    @property
-    def worker_path(self) -> str:
-        return WORKER_PATH
-
-    @property
-    def protocol(self) -> WorkerProtocol:
-        return worker_protocols.CHAT
-
-    @property
-    def continues(self) -> str | None:
-        return None
 
     @property
     def ignored(self) -> tuple[str, ...]:
@@ -75,27 +70,6 @@ class GeminiCall(HeldElsewhere):
 
     def estimated_prompt_tokens(self) -> int:
         return self.request.prompt_estimate
-
-    @property
-    def client_salt(self) -> str | None:
-        return None  # the translation sends the worker no field of the client's it does not know
-
-    def worker_body(
-        self,
-        wire_model: str,
-        *,
-        continuous_usage: bool,
-        max_tokens: int | None,
-        cache_salt: str | None = None,
-    ) -> bytes:
-        return chat_worker_body(
-            self.request.chat,
-            wire_model,
-            stream=self.stream,
-            continuous_usage=continuous_usage,
-            max_tokens=max_tokens,
-            cache_salt=cache_salt,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +87,7 @@ class GeminiDialect:
         return cls(model=model, streaming=streaming, sse=sse)
 
     def parse(
-        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = DEFAULT_BOUNDS
+        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = BOUNDS
     ) -> GeminiCall:
         # No worker speaks Gemini's API itself: always translated.
         payload = open_body(raw)

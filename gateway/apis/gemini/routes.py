@@ -18,18 +18,20 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
+from gateway.apis import token_count
+from gateway.apis.endpoint import SideEndpoint
 from gateway.apis.gemini import errors
 from gateway.apis.gemini.dialect import NAME, GeminiDialect
 from gateway.apis.gemini.request import translate
+from gateway.apis.spec import SideRoute
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.body import read_body
-from gateway.http.context import CLIENT_CLOSED, RequestContext
-from gateway.proxy.prompt_count import tokenize_body, worker_prompt_tokens
+from gateway.http.context import RequestContext
 from gateway.proxy.translation.body import field_error, open_body
 from gateway.proxy.translation.bounds import check_values
 from gateway.proxy.worker_errors import sanitised
@@ -38,7 +40,6 @@ from gateway.state import app_state
 
 GENERATE, STREAM, COUNT = "generateContent", "streamGenerateContent", "countTokens"
 PREFIXES = ("/v1beta/models/", "/v1/models/")
-TOKEN_COUNT_HEADER = "x-sluicegate-token-count"  # noqa: S105 (a header name, not a secret)
 MODELS_API = "models"
 _METHODS = (GENERATE, STREAM, COUNT)
 
@@ -74,42 +75,48 @@ def _json_array(send: Send) -> Send:
     return send_as_json
 
 
+def _not_served(method: str) -> GatewayError:
+    return GatewayError(
+        ErrorCode.NOT_FOUND,
+        f"The method '{sanitised(method[:40])}' is not served here: generateContent, "
+        "streamGenerateContent and countTokens are.",
+    )
+
+
+async def _unknown_method(request: Request, ctx: RequestContext) -> Response:
+    raise _not_served(split_target(request.path_params["model"])[1])
+
+
 class ModelMethod:
-    """`POST .../models/{model}:{method}`. An ASGI class, not a function: Starlette would take a
-    function for a request handler."""
+    """`POST .../models/{model}:{method}`: generateContent and streamGenerateContent through the
+    pipeline; countTokens, and a method not served, as side routes of their own (one Starlette
+    route a path: OpenAPI names one operation for it). An ASGI class, not a function: Starlette
+    would take a function for a request handler."""
+
+    def __init__(self) -> None:
+        self.count = SideEndpoint(f"{NAME}.count_tokens", _count, errors.error_response)
+        self.unknown = SideEndpoint(NAME, _unknown_method, errors.error_response)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        ctx = RequestContext.of(scope)
         model, method = split_target(scope["path_params"]["model"])
         if method in (GENERATE, STREAM) and model:
             sse = method == GENERATE or _query(scope, "alt") == "sse"
             dialect = GeminiDialect.of(model, streaming=method == STREAM, sse=sse)
-            ctx.requested_model = model
+            RequestContext.of(scope).requested_model = model
             await app_state(scope)["pipeline"].serve(
                 dialect, scope, receive, send if sse else _json_array(send)
             )
-            return
-        ctx.api = f"{NAME}.count_tokens" if method == COUNT else NAME
-        try:
-            if method != COUNT or not model:
-                shown = sanitised(method[:40])
-                raise GatewayError(
-                    ErrorCode.NOT_FOUND,
-                    f"The method '{shown}' is not served here: generateContent, streamGenerateContent "
-                    "and countTokens are.",
-                )
-            response = await _count(Request(scope, receive), ctx, model)
-        except GatewayError as error:
-            ctx.answered_with(error)
-            response = errors.error_response(error)
-        except ClientDisconnect:
-            ctx.status, ctx.outcome = CLIENT_CLOSED, "disconnected"  # left while sending its body
-            return
-        await response(scope, receive, send)
+        elif method == COUNT:
+            await self.count(scope, receive, send)
+        else:
+            await self.unknown(scope, receive, send)
 
 
-async def _count(request: Request, ctx: RequestContext, model: str) -> Response:
+async def _count(request: Request, ctx: RequestContext) -> Response:
     """Checked like generateContent (the key must be allowed the model)."""
+    model = split_target(request.path_params["model"])[0]
+    if not model:
+        raise _not_served(COUNT)
     state = app_state(request.scope)
     gate, settings = state["gate"], state["settings"]
     principal = await gate.caller(request, ctx)
@@ -122,23 +129,9 @@ async def _count(request: Request, ctx: RequestContext, model: str) -> Response:
         raise field_error("generateContentRequest", "must be an object")
     parsed = translate(inner if isinstance(inner, dict) else body, model)
     ctx.ignored = parsed.ignored  # named in x-sluicegate-ignored, as on generateContent
-    route = gate.model(principal.key, model, ctx)
-    counted = None
-    if route.model.tokenize:  # a worker call: under the key's request limits
-        async with gate.worker_call(principal, ctx):
-            counted = await _worker_count(request, route, parsed.chat)
-    return Response(
-        orjson.dumps({"totalTokens": parsed.prompt_estimate if counted is None else counted}),
-        media_type="application/json",
-        headers={TOKEN_COUNT_HEADER: "estimate" if counted is None else "worker"},
+    return await token_count.answer(
+        request, ctx, principal, model, parsed.chat, estimate=parsed.prompt_estimate, field="totalTokens"
     )
-
-
-async def _worker_count(request: Request, route: ModelRoute, chat: dict[str, Any]) -> int | None:
-    """The prompt's tokens by the tokenizer of a usable endpoint, chat template applied; None
-    when no endpoint can say (the estimate stands in, and says so)."""
-    upstream = app_state(request.scope)["upstream"]
-    return await worker_prompt_tokens(upstream, route, lambda pool: tokenize_body(chat, pool.wire_model))
 
 
 def _entry(name: str, route: ModelRoute) -> dict[str, Any]:
@@ -157,54 +150,41 @@ def _json(data: object) -> Response:
     return Response(orjson.dumps(data), media_type="application/json")
 
 
-async def _listing(request: Request, one: str | None) -> Response:
-    ctx = RequestContext.of(request.scope)
-    ctx.api = MODELS_API
-    try:
-        gate = app_state(request.scope)["gate"]
-        key = (await gate.caller(request, ctx)).key
-        if one is None:
-            models = [
-                _entry(name, route)
-                for route in gate.models(key)
-                for name in (route.model.name, *route.model.aliases)
-            ]
-            return _json({"models": models})
-        name = one.removeprefix("models/")
-        route = gate.visible(key, name)
-        if route is None:
-            # A model the key may not use is a 404 like one that does not exist.
-            raise GatewayError(
-                ErrorCode.MODEL_NOT_FOUND,
-                f"The model '{sanitised(name)}' does not exist or this key may not use it.",
-                param="model",
-            )
-        return _json(_entry(name, route))
-    except GatewayError as error:
-        ctx.answered_with(error)
-        return errors.error_response(error)
+async def _listing(request: Request, ctx: RequestContext, one: str | None) -> Response:
+    gate = app_state(request.scope)["gate"]
+    key = (await gate.caller(request, ctx)).key
+    if one is None:
+        models = [
+            _entry(name, route)
+            for route in gate.models(key)
+            for name in (route.model.name, *route.model.aliases)
+        ]
+        return _json({"models": models})
+    name = one.removeprefix("models/")
+    return _json(_entry(name, gate.visible(key, name)))
 
 
-async def list_models(request: Request) -> Response:
-    return await _listing(request, None)
+async def _list_models(request: Request, ctx: RequestContext) -> Response:
+    return await _listing(request, ctx, None)
 
 
-async def get_model(request: Request) -> Response:
-    return await _listing(request, request.path_params["model"])
+async def _get_model(request: Request, ctx: RequestContext) -> Response:
+    return await _listing(request, ctx, request.path_params["model"])
 
 
 def _query(scope: Scope, name: str) -> str | None:
     return Request(scope).query_params.get(name)
 
 
+SIDE_ROUTES = (
+    SideRoute("/v1beta/models", ("GET",), MODELS_API, _list_models),
+    # `:path`: model names may hold a `/` (`meta-llama/Llama-3-8B`)
+    SideRoute("/v1beta/models/{model:path}", ("GET",), MODELS_API, _get_model),
+)
+
+
 def routes() -> list[BaseRoute]:
     method = ModelMethod()
-    return [
-        Route("/v1beta/models", list_models, methods=["GET"]),
-        # `:path`: model names may hold a `/` (`meta-llama/Llama-3-8B`)
-        # `{model}:{method}` on POST; one name for the parameter on every method of a path, as
-        # OpenAPI requires (OpenAI's `GET /v1/models/{model}` shares the second).
-        Route("/v1beta/models/{model:path}", method, methods=["POST"]),
-        Route("/v1beta/models/{model:path}", get_model, methods=["GET"]),
-        Route("/v1/models/{model:path}", method, methods=["POST"]),
-    ]
+    # `{model}:{method}` on POST; one name for the parameter on every method of a path, as
+    # OpenAPI requires (OpenAI's `GET /v1/models/{model}` shares the second).
+    return [Route(f"{prefix}{{model:path}}", method, methods=["POST"]) for prefix in PREFIXES]

@@ -27,11 +27,15 @@ from gateway.proxy.cache_salt import client_salt, salted
 from gateway.proxy.translation import engine_fields
 from gateway.proxy.translation.body import dumps, model_of, open_body
 from gateway.proxy.translation.body import field_error as _field_error
-from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
+from gateway.proxy.translation.bounds import BodyBounds, BodyLists, check_bounds
 from gateway.proxy.usage import MAX_TOKENS
 from gateway.proxy.worker_protocols import WorkerProtocol
 
 DONE_EVENT = b"data: [DONE]\n\n"
+# What the item bound counts (gateway.proxy.translation.bounds): chat's messages, embeddings'
+# inputs, each message's content parts, the tools.
+LISTS = BodyLists(items=("messages", "input"), parts=("content",), tools=("tools",))
+BOUNDS = BodyBounds(lists=LISTS)
 # Answers one request may ask for (`n`, `best_of`): OpenAI's own cap. Each is reserved in full.
 MAX_CHOICES = 128
 # Where a client may put its output cap; the first given is the one that counts.
@@ -86,12 +90,7 @@ class OpenAICall:
         return user if isinstance(user, str) else None
 
     def worker_body(
-        self,
-        wire_model: str,
-        *,
-        continuous_usage: bool,
-        max_tokens: int | None,
-        cache_salt: str | None = None,
+        self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None, cache_salt: str | None
     ) -> bytes:
         """The worker's name for the model, the output cap admission reserved (in the field the
         client used, `max_tokens` if none), the gateway's `cache_salt` in place of the client's
@@ -218,7 +217,7 @@ class OpenAIDialect:
     keepalive: bytes | None = None  # OpenAI's streams have no keep-alive event
 
     def parse(
-        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = DEFAULT_BOUNDS
+        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = BOUNDS
     ) -> OpenAICall:
         """`native_models`: no model serves these APIs other than by the chat contract."""
         payload = open_body(raw)

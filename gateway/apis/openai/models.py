@@ -1,5 +1,6 @@
 """`GET /v1/models` lists the models (and aliases) the caller's key may use; `GET
-/v1/models/{model}` shows one of them. Both pass the one gate (gateway.proxy.gate)."""
+/v1/models/{model}` shows one of them. Both pass the one gate (gateway.proxy.gate). Side routes
+(gateway.apis.spec.SideRoute): an error is told in OpenAI's envelope, once, by the endpoint."""
 
 from __future__ import annotations
 
@@ -7,20 +8,17 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.errors import ErrorCode, GatewayError
+from gateway.apis.spec import SideRoute
 from gateway.http.context import RequestContext
 from gateway.keys.store import KeyRecord
 from gateway.proxy.gate import Gate
-from gateway.proxy.worker_errors import sanitised
 from gateway.state import app_state
 
 # The `api` of the model listings in metrics and the access log: a constant, like a dialect's name.
 MODELS_API = "models"
 
 
-async def _caller(request: Request) -> tuple[KeyRecord, Gate]:
-    ctx = RequestContext.of(request.scope)
-    ctx.api = MODELS_API
+async def _caller(request: Request, ctx: RequestContext) -> tuple[KeyRecord, Gate]:
     gate = app_state(request.scope)["gate"]
     return (await gate.caller(request, ctx)).key, gate
 
@@ -33,8 +31,8 @@ def _json(data: object) -> Response:
     return Response(orjson.dumps(data), media_type="application/json")
 
 
-async def list_models(request: Request) -> Response:
-    key, gate = await _caller(request)
+async def _list_models(request: Request, ctx: RequestContext) -> Response:
+    key, gate = await _caller(request, ctx)
     data: list[dict[str, object]] = []
     for route in gate.models(key):
         model = route.model
@@ -42,16 +40,16 @@ async def list_models(request: Request) -> Response:
     return _json({"object": "list", "data": data})
 
 
-async def retrieve_model(request: Request) -> Response:
+async def _retrieve_model(request: Request, ctx: RequestContext) -> Response:
     """One model or alias, as its entry in the listing. A model the key may not use is a 404,
     like one that does not exist: a key learns nothing about the models of other teams."""
-    key, gate = await _caller(request)
+    key, gate = await _caller(request, ctx)
     name: str = request.path_params["model"]
-    route = gate.visible(key, name)
-    if route is None:
-        raise GatewayError(
-            ErrorCode.MODEL_NOT_FOUND,
-            f"The model '{sanitised(name)}' does not exist or this key may not use it.",
-            param="model",
-        )
-    return _json(_entry(name, route.model.name))
+    return _json(_entry(name, gate.visible(key, name).model.name))
+
+
+# `{model:path}`: a model name may hold a `/` (`meta-llama/Llama-3-8B`).
+SIDE_ROUTES = (
+    SideRoute("/v1/models", ("GET",), MODELS_API, _list_models),
+    SideRoute("/v1/models/{model:path}", ("GET",), MODELS_API, _retrieve_model),
+)

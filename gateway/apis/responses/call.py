@@ -14,18 +14,19 @@ from typing import Any
 
 from gateway.apis.responses import request as req
 from gateway.limits.output import AskedOutput
-from gateway.proxy import worker_protocols
-from gateway.proxy.translation.body import chat_worker_body, dumps, field_error, model_of, open_body
-from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
-from gateway.proxy.translation.engine_fields import HeldElsewhere
+from gateway.proxy.translation.body import dumps, field_error, model_of, open_body
+from gateway.proxy.translation.bounds import BodyBounds, BodyLists, check_bounds
 from gateway.proxy.translation.ignored import Dropped
 from gateway.proxy.translation.tool_names import ToolNames
+from gateway.proxy.translation.translated import TranslatedCall
 from gateway.proxy.usage import InvalidUsage, Usage, parse_usage
-from gateway.proxy.worker_protocols import WorkerProtocol
 
-CHAT_PATH = "/v1/chat/completions"
 # Finish reasons that leave a response incomplete, and the reason the client is told.
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+# What the item bound counts (gateway.proxy.translation.bounds): the input items, each one's
+# content parts, the tools.
+LISTS = BodyLists(items=("input",), parts=("content",), tools=("tools",))
+BOUNDS = BodyBounds(lists=LISTS)
 
 
 def new_id(prefix: str) -> str:
@@ -33,7 +34,7 @@ def new_id(prefix: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class ResponsesCall(HeldElsewhere):
+class ResponsesCall(TranslatedCall):
     model: str
     stream: bool
     chat: dict[str, Any]  # the chat request's fields but model and the stream's
@@ -41,44 +42,12 @@ class ResponsesCall(HeldElsewhere):
     echo: dict[str, Any]  # what the response object repeats of the request
     names: ToolNames = field(default_factory=ToolNames)  # flat names of namespaced tools, to name calls back
     ignored: tuple[str, ...] = ()  # what the translation dropped (gateway.proxy.translation.ignored)
-
-    @property
-    def worker_path(self) -> str:
-        return CHAT_PATH
-
-    @property
-    def protocol(self) -> WorkerProtocol:
-        return worker_protocols.CHAT
-
-    @property
-    def continues(self) -> str | None:
-        return None  # translation stores nothing: previous_response_id is refused in parsing
+    # `continues`: None (TranslatedCall), as previous_response_id is refused in parsing.
 
     @property
     def user(self) -> str | None:
         user = self.chat.get("user")
         return user if isinstance(user, str) else None
-
-    @property
-    def client_salt(self) -> str | None:
-        return None  # the translation sends the worker no field of the client's it does not know
-
-    def worker_body(
-        self,
-        wire_model: str,
-        *,
-        continuous_usage: bool,
-        max_tokens: int | None,
-        cache_salt: str | None = None,
-    ) -> bytes:
-        return chat_worker_body(
-            self.chat,
-            wire_model,
-            stream=self.stream,
-            continuous_usage=continuous_usage,
-            max_tokens=max_tokens,
-            cache_salt=cache_salt,
-        )
 
     def asked_output(self) -> AskedOutput:
         cap = self.chat.get("max_tokens")  # from max_output_tokens
@@ -128,7 +97,7 @@ def _echo(payload: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
     return echo
 
 
-def parse_call(raw: bytes, bounds: BodyBounds = DEFAULT_BOUNDS) -> ResponsesCall:
+def parse_call(raw: bytes, bounds: BodyBounds = BOUNDS) -> ResponsesCall:
     payload = open_body(raw)
     check_bounds(payload, bounds)
     model = model_of(payload)

@@ -25,7 +25,7 @@ from gateway.limits.admission import Admission
 from gateway.proxy import worker_protocols
 from gateway.proxy.dialect import ClientStream
 from gateway.proxy.translation import native
-from gateway.proxy.translation.bounds import DEFAULT_BOUNDS, BodyBounds, check_bounds
+from gateway.proxy.translation.bounds import BodyBounds, check_bounds
 from gateway.proxy.translation.native import NativeCall
 from gateway.proxy.translation.tool_names import ToolNames
 from gateway.proxy.usage import InvalidUsage, Usage
@@ -99,7 +99,7 @@ class ResponsesDialect:
     keepalive: bytes | None = None
 
     def parse(
-        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = DEFAULT_BOUNDS
+        self, raw: bytes, native_models: Collection[str] = (), bounds: BodyBounds = shape.BOUNDS
     ) -> ResponsesCall | NativeCall:
         payload = native.for_native(raw, native_models)
         if payload is None:

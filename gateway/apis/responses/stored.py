@@ -8,7 +8,8 @@ so a key learns nothing about the ids of others. The caller is authenticated fir
 valid key the answer is 401. These calls generate nothing, but each costs the worker a call: they
 count against the key's requests per minute and concurrent requests (gateway.proxy.request_limits),
 never its token limits or budgets, and nothing is metered. The worker's answer is read up to
-`_MAX_ANSWER_BYTES`; a larger one is a 502, not memory the gateway holds.
+`_MAX_ANSWER_BYTES`; a larger one is a 502, not memory the gateway holds. Side routes
+(gateway.apis.spec.SideRoute): an error is told in OpenAI's envelope, once, by the endpoint.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from urllib.parse import urlencode
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
 
 from gateway.apis.responses.request import NATIVE_SETTING
+from gateway.apis.spec import SideRoute
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.context import RequestContext
 from gateway.proxy.translation.native import RESPONSES_PATH, named
@@ -44,9 +45,7 @@ def _unknown(response_id: str) -> GatewayError:
     )
 
 
-async def _stored(request: Request, method: str, suffix: str = "") -> Response:
-    ctx = RequestContext.of(request.scope)
-    ctx.api = "responses"
+async def _stored(request: Request, ctx: RequestContext, method: str, suffix: str = "") -> Response:
     state = app_state(request.scope)
     gate = state["gate"]
     principal = await gate.caller(request, ctx)
@@ -94,22 +93,23 @@ async def _stored(request: Request, method: str, suffix: str = "") -> Response:
     return Response(orjson.dumps(named(body, holder.answer_name)), media_type="application/json")
 
 
-async def _response(request: Request) -> Response:
+async def _response(request: Request, ctx: RequestContext) -> Response:
     # HEAD (which Starlette adds to a GET route) reads like GET; the server leaves out the body.
-    return await _stored(request, "GET" if request.method == "HEAD" else request.method)
+    return await _stored(request, ctx, "GET" if request.method == "HEAD" else request.method)
 
 
-async def _cancel(request: Request) -> Response:
-    return await _stored(request, "POST", "/cancel")
+async def _cancel(request: Request, ctx: RequestContext) -> Response:
+    return await _stored(request, ctx, "POST", "/cancel")
 
 
-async def _input_items(request: Request) -> Response:
-    return await _stored(request, "GET", "/input_items")
+async def _input_items(request: Request, ctx: RequestContext) -> Response:
+    return await _stored(request, ctx, "GET", "/input_items")
 
 
-def stored_routes() -> list[BaseRoute]:
-    return [
-        Route("/v1/responses/{response_id}", _response, methods=["GET", "DELETE"]),
-        Route("/v1/responses/{response_id}/cancel", _cancel, methods=["POST"]),
-        Route("/v1/responses/{response_id}/input_items", _input_items, methods=["GET"]),
-    ]
+# The `api` of these routes in metrics and the access log.
+_API = "responses"
+SIDE_ROUTES = (
+    SideRoute("/v1/responses/{response_id}", ("GET", "DELETE"), _API, _response),
+    SideRoute("/v1/responses/{response_id}/cancel", ("POST",), _API, _cancel),
+    SideRoute("/v1/responses/{response_id}/input_items", ("GET",), _API, _input_items),
+)

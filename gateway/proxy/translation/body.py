@@ -44,29 +44,3 @@ def model_of(payload: dict[str, Any]) -> str:
     if not isinstance(model, str) or not model:
         raise field_error("model", "is required and must be a non-empty string")
     return model
-
-
-def chat_worker_body(
-    chat: dict[str, Any],
-    wire_model: str,
-    *,
-    stream: bool,
-    continuous_usage: bool,
-    max_tokens: int | None,
-    cache_salt: str | None,
-) -> bytes:
-    """A translated request as the worker's chat body: its name for the model, the output cap
-    admission reserved, the team's cache salt, and on a stream usage always asked for (the
-    client's last event carries it, and cumulative on every chunk it meters a client that leaves
-    mid-stream exactly)."""
-    payload: dict[str, Any] = {"model": wire_model, **chat, "stream": stream}
-    if max_tokens is not None:
-        payload["max_tokens"] = max_tokens
-    if cache_salt is not None:
-        payload["cache_salt"] = cache_salt
-    if stream:
-        options: dict[str, bool] = {"include_usage": True}
-        if continuous_usage:
-            options["continuous_usage_stats"] = True
-        payload["stream_options"] = options
-    return dumps(payload)

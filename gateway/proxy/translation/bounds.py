@@ -4,9 +4,10 @@ body is opened and before anything walks it.
 The byte limit alone does not bound the work: 8.7 MB of 240,000 short messages cost 0.3-0.6 s of
 event-loop time per request to translate, and parsing in a thread would not free the loop (the
 JSON parser holds the GIL). Counting the lists is cheap; the defaults are far above any real
-agent's request. The fields are each API's own: `messages` (Chat, Completions' `prompt` is a
-string), `messages` (Messages), `input` (Responses), `contents` (Gemini); a message's parts are its
-`content` (or Gemini's `parts`) list; tools are `tools` (and Gemini's `functionDeclarations`).
+agent's request. The fields are each API's own, declared with it (gateway.apis: its
+`body_lists`, a `BodyLists`), e.g. Messages' `messages`, each message's `content` and `tools`, or
+Gemini's `contents`, `parts` and `tools` with their `functionDeclarations`; the pipeline hands each
+dialect the bounds with its API's lists.
 
 Those counts come after the parse, and the parse itself is the larger cost: orjson holds the loop
 0.15-0.4 s for 240,000 messages, 0.7 s for 100,001 Gemini `contents`. So before it, a body over
@@ -24,8 +25,22 @@ from typing import Any
 
 from gateway.errors import ErrorCode, GatewayError
 
-ITEM_FIELDS = ("messages", "input", "contents")
-PART_FIELDS = ("content", "parts")
+
+@dataclass(frozen=True, slots=True)
+class BodyLists:
+    """The list fields of one API's bodies that `check_bounds` counts.
+
+    items          top-level lists of messages (or items), each counted against `max_messages`
+    parts          in each of those that is an object: its lists of content parts (`max_parts`)
+    tools          top-level lists of tools, counted together against `max_tools`
+    tool_groups    in a tool that is an object: a list that holds several tools (Gemini's
+                   `functionDeclarations`), each of which counts; else the tool counts once
+    """
+
+    items: tuple[str, ...] = ()
+    parts: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    tool_groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +49,7 @@ class BodyBounds:
     max_parts: int = 2_000  # SLUICEGATE_MAX_CONTENT_PARTS: in one message
     max_tools: int = 2_000  # SLUICEGATE_MAX_TOOLS
     max_values: int = 200_000  # SLUICEGATE_MAX_BODY_VALUES: JSON values, estimated before the parse
+    lists: BodyLists = BodyLists()  # the API's fields these count (none: only `max_values` holds)
 
 
 DEFAULT_BOUNDS = BodyBounds()
@@ -76,8 +92,10 @@ def check_values(raw: bytes, max_values: int) -> None:
 
 def check_bounds(payload: dict[str, Any], bounds: BodyBounds) -> None:
     """Refuses (400, in the API's envelope) a body with more messages, parts in one message or
-    tools than `bounds` allow. Shapes are not judged here: the dialect's own checks do that."""
-    for name in ITEM_FIELDS:
+    tools than `bounds` allow, in the fields its `lists` name. Shapes are not judged here: the
+    dialect's own checks do that."""
+    lists = bounds.lists
+    for name in lists.items:
         items = payload.get(name)
         if not isinstance(items, list):
             continue
@@ -86,16 +104,28 @@ def check_bounds(payload: dict[str, Any], bounds: BodyBounds) -> None:
         for index, item in enumerate(items):
             if not isinstance(item, dict):
                 continue
-            for part_name in PART_FIELDS:
+            for part_name in lists.parts:
                 parts = item.get(part_name)
                 if isinstance(parts, list) and len(parts) > bounds.max_parts:
                     raise _over(f"{name}[{index}].{part_name}", len(parts), bounds.max_parts, "parts")
-    tools = payload.get("tools")
-    if isinstance(tools, list):
-        count = 0
-        for tool in tools:
-            # Gemini's tool is a list of function declarations; every other API's is one tool.
-            declarations = tool.get("functionDeclarations") if isinstance(tool, dict) else None
-            count += len(declarations) if isinstance(declarations, list) else 1
-        if count > bounds.max_tools:
-            raise _over("tools", count, bounds.max_tools, "tools")
+    for name in lists.tools:
+        tools = payload.get(name)
+        if isinstance(tools, list):
+            count = _tools(tools, lists.tool_groups)
+            if count > bounds.max_tools:
+                raise _over(name, count, bounds.max_tools, "tools")
+
+
+def _tools(tools: list[Any], groups: tuple[str, ...]) -> int:
+    if not groups:
+        return len(tools)
+    count = 0
+    for tool in tools:
+        grouped: int | None = None  # a tool that is a group counts its members, none if empty
+        if isinstance(tool, dict):
+            for group in groups:
+                declarations = tool.get(group)
+                if isinstance(declarations, list):
+                    grouped = (grouped or 0) + len(declarations)
+        count += 1 if grouped is None else grouped
+    return count

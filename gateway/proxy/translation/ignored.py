@@ -31,47 +31,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.:\[\]-]")
 log = logging.getLogger("sluicegate.translation")
 
 # The label values the counter may carry: known names (indexes taken out), else "<kind>:other"
-# for a tool, block or item type, else "other". Client-chosen names never become a label.
-HOSTED_TOOL_TYPES = frozenset(
-    {
-        # Responses' hosted tools
-        "web_search",
-        "web_search_preview",
-        "web_search_preview_2025_03_11",
-        "web_search_2025_08_26",
-        "file_search",
-        "code_interpreter",
-        "image_generation",
-        "computer_use",
-        "computer_use_preview",
-        "computer",
-        "mcp",
-        "local_shell",
-        "shell",
-        "apply_patch",
-        "tool_search",
-        "custom",
-        # Anthropic's server tools and Anthropic-defined client tools without a schema
-        "web_search_20250305",
-        "web_fetch_20250910",
-        "code_execution_20250522",
-        "code_execution_20250825",
-        "bash_20250124",
-        "text_editor_20250124",
-        "text_editor_20250429",
-        "text_editor_20250728",
-        "computer_20250124",
-        "memory_20250818",
-        "tool_search_tool_regex_20251119",
-        "tool_search_tool_bm25_20251119",
-        "mcp_toolset",
-        # Gemini's tools run by Google's servers (gateway.apis.gemini.tools)
-        "googleSearch",
-        "googleSearchRetrieval",
-        "codeExecution",
-        "urlContext",
-    }
-)
+# for a tool, block or item type, else "other". Client-chosen names never become a label. A tool's
+# known types are the hosted tools the client APIs declare (gateway.apis: `hosted_tools`), handed
+# to `label` by the pipeline.
 _FIELDS = frozenset(
     {
         "output_config",
@@ -134,7 +96,6 @@ _ITEM_TYPES = frozenset(
     }
 )
 _KINDS = {
-    "tools": HOSTED_TOOL_TYPES,
     "messages.content": _BLOCK_TYPES,
     "input": _ITEM_TYPES,
     "input.content": _BLOCK_TYPES,
@@ -154,15 +115,16 @@ def _safe(text: str) -> str:
 
 def label(ignored: str, hosted: frozenset[str] = frozenset()) -> str:
     """The counter's `field` value for one entry, from a bounded set. `hosted`: the hosted tool
-    types a client API adds to the known ones (gateway.apis: its `hosted_tools`)."""
+    types the client APIs declare (gateway.apis: their `hosted_tools`), a dropped tool's known
+    types."""
     generic = _INDEX.sub("", ignored)
     if generic in _FIELDS:
         return generic
     where, _, kind = generic.partition(":")
-    known = _KINDS.get(where)
+    known = hosted if where == "tools" else _KINDS.get(where)
     if known is None:
         return "other"
-    return f"{where}:{kind if kind in known or (where == 'tools' and kind in hosted) else 'other'}"
+    return f"{where}:{kind if kind in known else 'other'}"
 
 
 def header_value(ignored: Iterable[str]) -> str:

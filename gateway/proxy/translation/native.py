@@ -89,12 +89,7 @@ class NativeCall:
         return self.prompt_estimate
 
     def worker_body(
-        self,
-        wire_model: str,
-        *,
-        continuous_usage: bool,
-        max_tokens: int | None,
-        cache_salt: str | None = None,
+        self, wire_model: str, *, continuous_usage: bool, max_tokens: int | None, cache_salt: str | None
     ) -> bytes:
         """The body as sent but for the model, the output cap admission reserved (in the API's
         own field) and the gateway's `cache_salt` in place of the client's. Re-encoded from what

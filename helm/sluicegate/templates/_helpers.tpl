@@ -207,6 +207,7 @@ plus what templates derive from it: {"models": [ {..., "_slug", "_resourceName",
 {{- if .engine_fields }}{{ $_ := set $entry "engine_fields" .engine_fields }}{{ end -}}
 {{- if hasKey . "max_logprobs" }}{{ $_ := set $entry "max_logprobs" .max_logprobs }}{{ end -}}
 {{- if .price }}{{ $_ := set $entry "price" .price }}{{ end -}}
+{{- if .overflow }}{{ $_ := set $entry "overflow" (include "sluicegate.overflow" .overflow | fromYaml) }}{{ end -}}
 {{- $entries = append $entries $entry -}}
 {{- end -}}
 {{- $entries = concat $entries .Values.extraModels -}}
@@ -302,4 +303,36 @@ hostname (https: a Gateway's listener for people terminates TLS); empty without 
 {{- else if and $route.enabled $route.hostname -}}
 {{- printf "https://%s" $route.hostname -}}
 {{- end -}}
+{{- end -}}
+
+{{/* A model's overflow providers in the model table (docs/overflow.md): a provider's keySecret and
+caSecret become files of the Secret mounted at OVERFLOW_SECRETS/<secret name> (gateway.yaml). */}}
+{{- define "sluicegate.overflowSecretsDir" -}}/var/run/secrets/sluicegate-overflow{{- end -}}
+{{- define "sluicegate.overflow" -}}
+{{- $dir := include "sluicegate.overflowSecretsDir" . -}}
+{{- $providers := list -}}
+{{- range .providers -}}
+{{- $p := dict "name" .name "url" .url "model" .model "price" .price -}}
+{{- if .keySecret }}{{ $_ := set $p "key_file" (printf "%s/%s/%s" $dir .keySecret.name .keySecret.key) }}
+{{- else if .key_env }}{{ $_ := set $p "key_env" .key_env }}
+{{- else if .key_file }}{{ $_ := set $p "key_file" .key_file }}{{ end -}}
+{{- if .caSecret }}{{ $_ := set $p "ca_file" (printf "%s/%s/%s" $dir .caSecret.name .caSecret.key) }}
+{{- else if .ca_file }}{{ $_ := set $p "ca_file" .ca_file }}{{ end -}}
+{{- $providers = append $providers $p -}}
+{{- end -}}
+{{- toYaml (dict "after_ms" .after_ms "max_concurrency" .max_concurrency "providers" $providers) -}}
+{{- end -}}
+
+{{/* The Secrets the models' overflow providers name (keySecret, caSecret), each once, as JSON. */}}
+{{- define "sluicegate.overflowSecrets" -}}
+{{- $names := list -}}
+{{- range .Values.models -}}
+{{- if .overflow -}}
+{{- range .overflow.providers -}}
+{{- if .keySecret }}{{ $names = append $names .keySecret.name }}{{ end -}}
+{{- if .caSecret }}{{ $names = append $names .caSecret.name }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson (uniq $names) -}}
 {{- end -}}
