@@ -291,7 +291,7 @@ def create_app(
                 keystore=keystore,
                 pipeline=pipeline,
                 dialects=LINE_DIALECTS,
-                registry=metrics.registry,
+                metrics=metrics,
             )
         )
         state = AppState(

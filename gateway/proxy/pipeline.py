@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
@@ -53,6 +54,7 @@ from gateway.proxy.remembering import Remembering
 from gateway.proxy.settlement import Settlement, Submitter
 from gateway.proxy.translation import ignored, model_rules
 from gateway.proxy.translation.bounds import BodyBounds, BodyLists
+from gateway.proxy.translation.engine_priority import with_engine_priority
 from gateway.proxy.upstream import Upstream, UpstreamResponse
 from gateway.proxy.worker_protocols import CHAT
 from gateway.routing import share
@@ -406,11 +408,15 @@ class Pipeline:
                 upstream = await self._upstream.open(
                     plan,
                     call.worker_path,
-                    lambda pool: call.worker_body(
-                        pool.wire_model,
-                        continuous_usage=pool.model.continuous_usage,
-                        max_tokens=admitted.cap.per_answer,
-                        cache_salt=admitted.salt.for_model(pool.model.cache_isolation),
+                    lambda pool: _behind_interactive(
+                        call.worker_body(
+                            pool.wire_model,
+                            continuous_usage=pool.model.continuous_usage,
+                            max_tokens=admitted.cap.per_answer,
+                            cache_salt=admitted.salt.for_model(pool.model.cache_isolation),
+                        ),
+                        pool,
+                        background=ctx.batch,
                     ),
                     self._forwarding.worker_headers(scope, ctx),
                     route,
@@ -512,6 +518,15 @@ class Pipeline:
         pool = upstream.pool
         holder = Holder(team_id, pool.model.name, answer_name, pool.name, upstream.endpoint.url)
         return Remembering(self._stored, holder, settlement)
+
+
+def _behind_interactive(body: bytes, pool: Pool, *, background: bool) -> bytes:
+    """A batch line's worker body with the engine priority of its pool's model, behind interactive
+    requests in a vLLM that orders by it (gateway/proxy/translation/engine_priority.py). Only a
+    batch line to such a model pays for the second encoding."""
+    if not (background and pool.model.engine_priority):
+        return body
+    return orjson.dumps(with_engine_priority(orjson.loads(body), pool.model, background=True))
 
 
 def _prompt_blocks(

@@ -19,6 +19,7 @@ import redis
 
 from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from gateway.pricing import Price
+from gateway.proxy.translation.engine_priority import BATCH_PRIORITY
 from gateway.redis import keys
 from tests.batch.conftest import (
     DefaultHeaders,
@@ -30,7 +31,7 @@ from tests.batch.conftest import (
     upload,
     wait_for_batch,
 )
-from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
+from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory, worker_record
 from tests.servers import run_uvicorn
 from tests.waiting import wait_until
 from workers.fake.app import create_app as create_fake_worker
@@ -204,3 +205,24 @@ def test_batch_tokens_are_priced_with_the_models_batch_multiplier(
         assert rows["batch"]["prompt_tokens"] == rows["chat"]["prompt_tokens"]
         assert rows["batch"]["completion_tokens"] == rows["chat"]["completion_tokens"]
         assert Decimal(rows["batch"]["cost"]) * 2 == Decimal(rows["chat"]["cost"])
+
+
+def test_batch_lines_go_behind_interactive_requests_in_a_priority_engine(
+    make_gateway: GatewayFactory, fake_worker: str, files_dir: Path
+) -> None:
+    table = ModelTable((ModelConfig(name=FAKE_MODEL, endpoints=(fake_worker,), engine_priority=True),))
+    with make_gateway(table, files_url=f"file://{files_dir}", batch_poll_interval_s=0.05) as gw:
+        client = gw.client(gw.new_key()["key"])
+        interactive = client.chat.completions.with_raw_response.create(
+            model=FAKE_MODEL, messages=[{"role": "user", "content": "hi"}]
+        )
+        record = worker_record(fake_worker, interactive.headers["x-request-id"])
+        assert record is not None
+        assert "priority" not in record["body"]
+        # A line's own `priority` is the gateway's to set, not the client's.
+        done = wait_for_batch(client, _batch(client, 1, priority=-5))
+        assert done.output_file_id is not None
+        line = jsonl(client.files.content(done.output_file_id).text)[0]
+        record = worker_record(fake_worker, line["response"]["request_id"])
+        assert record is not None
+        assert record["body"]["priority"] == BATCH_PRIORITY
