@@ -77,6 +77,18 @@ def provider_body(worker_body: bytes, model: str, *, stream: bool) -> bytes:
     return orjson.dumps(body)
 
 
+class ProviderResponse(UpstreamResponse):
+    """A provider's answer, judged at its end rather than at its first output as a worker's is
+    (the pipeline reports it: Provider.served or failed): a provider that breaks every stream
+    after one token would otherwise be a success each time, and its breaker never open."""
+
+    __slots__ = ()
+
+    def served(self) -> None:
+        if self.deadline is not None:
+            self.first_output()
+
+
 class OverflowCall:
     def __init__(self, client: WorkerClient, metrics: Metrics) -> None:
         self._client = client
@@ -118,9 +130,10 @@ class OverflowCall:
             status = response.status
             if status == 200:
                 handed_over = True
-                upstream = UpstreamResponse(pool, endpoint, response, trial, team=team, taken_at=taken_at)
-                if not (stream and response.is_event_stream()):
-                    upstream.report(SERVED)  # a stream's verdict waits for its first event
+                # No verdict yet: it comes once the answer is read whole, or the stream ended
+                # (ProviderResponse). A success at the head or the first token would reset the
+                # failures in a row that 200s of garbage or broken streams add.
+                upstream = ProviderResponse(pool, endpoint, response, trial, team=team, taken_at=taken_at)
                 self._metrics.overflow_requests.labels(provider.label, team, "served").inc()
                 return upstream
             wait = response.headers.get("retry-after")
@@ -142,7 +155,9 @@ class OverflowCall:
         self._metrics.overflow_requests.labels(provider.label, team, "unavailable").inc()
         log.warning("overflow provider failed provider=%s reason=%s", provider.label, why)
         seconds = provider.retry_after_s()
-        if wait is not None and wait.strip().isdigit() and len(wait.strip()) <= 6:
+        wait = None if wait is None else wait.strip()
+        # ASCII first: `²` (latin-1 0xb2) is a digit to isdigit() and not to int().
+        if wait is not None and wait.isascii() and wait.isdigit() and len(wait) <= 6:
             seconds = max(seconds or 0.0, float(min(int(wait), _MAX_RETRY_AFTER_S)))
         return GatewayError(
             ErrorCode.OVERFLOW_UNAVAILABLE,

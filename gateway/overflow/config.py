@@ -109,6 +109,9 @@ def _url(url: Any, where: str) -> str:
     this machine (a test's provider, a local sidecar that holds the TLS itself)."""
     if not isinstance(url, str):
         raise ConfigError(f"{where}: required, the provider's https:// base URL")
+    if not url.isascii() or not url.isprintable() or " " in url:
+        # It is written into the request line: urlsplit drops line breaks, the request would not.
+        raise ConfigError(f"{where}: expected a URL without spaces, line breaks or non-ASCII characters")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{where}: expected an https:// URL, got {url!r}")

@@ -28,7 +28,7 @@ from gateway.observability.metrics import Metrics
 from gateway.overflow.config import OverflowConfig, ProviderConfig
 from gateway.pricing import Price
 from gateway.routing.endpoint import Endpoint
-from gateway.routing.health import ENDPOINT_FAILED
+from gateway.routing.health import ENDPOINT_FAILED, SERVED
 from gateway.routing.pool import Pool
 from gateway.worker.client import WorkerClient
 
@@ -105,9 +105,14 @@ class Provider:
             return endpoint.inflight < self.pool.max_inflight
         return endpoint.trial_ready(self._clock())
 
-    def failed(self) -> None:
-        """Its answer turned out bad after its head (garbage, broken off): one failure on its breaker."""
-        self.pool.report(self.endpoint, ENDPOINT_FAILED, trial=False)
+    def failed(self, *, trial: bool) -> None:
+        """Its answer turned out bad after its head (garbage, broken off): one failure on its
+        breaker (`trial`: the request was its half-open trial, which re-opens it)."""
+        self.pool.report(self.endpoint, ENDPOINT_FAILED, trial=trial)
+
+    def served(self, *, trial: bool) -> None:
+        """Its whole answer was an answer: the failures in a row start over (a trial closes it)."""
+        self.pool.report(self.endpoint, SERVED, trial=trial)
 
     def retry_after_s(self) -> float | None:
         return self.pool.next_chance_s()

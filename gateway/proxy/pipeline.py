@@ -39,6 +39,7 @@ from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
 from gateway.overflow import decision
 from gateway.overflow.call import CHAT_PATH, SERVED_BY_HEADER, OverflowCall, provider_body
+from gateway.overflow.contract import PROVIDER_CHAT
 from gateway.overflow.providers import ModelOverflow, Overflow
 from gateway.pricing import Price
 from gateway.proxy import parsing, whole_answer
@@ -449,8 +450,8 @@ class Pipeline:
             if outcome.reached_worker:  # the answer broke off or timed out while being read
                 timed_out = error.code is ErrorCode.UPSTREAM_TIMEOUT
                 outcome.error_reason = Failure.ANSWER_TIMEOUT if timed_out else Failure.ANSWER_BROKEN
-                if provider is not None:
-                    provider.failed()
+                if provider is not None and error.code is not ErrorCode.SERVER_BUSY:
+                    provider.failed(trial=upstream.trial)  # not this replica's own memory bound
             raise
         finally:
             await watch.close()
@@ -478,7 +479,8 @@ class Pipeline:
                 stream_deadline=loop.time() + model.timeouts.stream_total,
                 max_event_bytes=self._settings.max_event_bytes,
                 abort_client=client_abort(scope),
-                protocol=call.protocol,
+                # A provider's error words stay with it; its usage never below what was relayed.
+                protocol=call.protocol if provider is None else PROVIDER_CHAT,
                 remember=remember,
                 keepalive=dialect.keepalive,
                 ping_interval_s=self._settings.stream_ping_interval_s,
@@ -486,6 +488,8 @@ class Pipeline:
                 write_stall_s=self._settings.client_write_stall_s,
             )
             await relay.run(receive, send, scope)
+            if provider is not None and outcome.error_reason is None and not outcome.disconnected:
+                provider.served(trial=upstream.trial)  # a failure the relay reported itself
             if remember is not None:
                 await remember.resize()  # the worker's final count, once the client has the end
             return
@@ -507,8 +511,10 @@ class Pipeline:
             )
         except GatewayError:
             if provider is not None:
-                provider.failed()  # a 200 that is no JSON object: garbage counts on its breaker
+                provider.failed(trial=upstream.trial)  # a 200 that is no answer: on its breaker
             raise
+        if provider is not None:
+            provider.served(trial=upstream.trial)
 
     def _remembering(
         self, team_id: str, upstream: UpstreamResponse, settlement: Settlement, answer_name: str

@@ -24,6 +24,7 @@ from gateway.proxy.settlement import Settlement
 from gateway.proxy.upstream import UpstreamResponse
 from gateway.proxy.usage import InvalidUsage
 from gateway.proxy.worker_errors import worker_failure
+from gateway.proxy.worker_protocols import CHAT
 from gateway.worker.http import WorkerHttpError
 
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
@@ -94,6 +95,11 @@ async def answer(
         if not isinstance(parsed, dict):
             outcome.error_reason = Failure.INVALID_JSON
             raise GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker answered with invalid JSON.")
+        if call.protocol is CHAT and parsed.get("error") is not None and "choices" not in parsed:
+            # An error told with a 200 (some hosted providers do): no answer, and its words (an
+            # organisation, a project, a quota) are not the client's to read.
+            outcome.error_reason = Failure.WORKER_ERROR_EVENT
+            raise GatewayError(ErrorCode.UPSTREAM_ERROR, "The worker answered with an error.")
         try:
             outcome.finish_reason = call.protocol.finish_reason(parsed)
             outcome.usage = call.protocol.usage(parsed)

@@ -40,7 +40,7 @@ def provider_key(
     running: Provider = request.getfixturevalue("provider")
     monkeypatch.setenv(KEY_ENV, running.key)
     session_log.secrets.append(running.key)
-    running.mode, running.fake_headers = "ok", {}
+    running.mode, running.fake_headers, running.canned, running.peak = "ok", {}, None, 0
     yield
 
 

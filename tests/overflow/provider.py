@@ -56,7 +56,8 @@ def make_ca(directory: Path) -> tuple[Path, Path, Path]:
 class Provider:
     """The running provider: its URL (`https://127.0.0.1:PORT/v1`), key, CA, what it received, and
     how it behaves (`mode`: "ok", "garbage", "redirect", "absurd_usage"; `fake_headers`: x-fake-*
-    headers added to every request, which program the fake worker)."""
+    headers added to every request, which program the fake worker; `canned`: an answer of its
+    own, (status, headers, body) sent as it is, for what the fake worker would never say)."""
 
     url: str
     key: str
@@ -65,6 +66,9 @@ class Provider:
     mode: str = "ok"
     fake_headers: dict[str, str] = field(default_factory=dict)
     refused_keys: int = 0
+    canned: tuple[int, list[tuple[bytes, bytes]], bytes] | None = None
+    inflight: int = 0  # requests it is answering now, and the most at once
+    peak: int = 0
 
 
 class _Recording:
@@ -89,6 +93,11 @@ class _Recording:
         if headers.get("authorization") != f"Bearer {p.key}":
             p.refused_keys += 1
             await _raw(send, 401, b'{"error":{"message":"Incorrect API key","type":"invalid_request_error"}}')
+            return
+        if p.canned is not None:
+            status, canned_headers, canned_body = p.canned
+            await send({"type": "http.response.start", "status": status, "headers": canned_headers})
+            await send({"type": "http.response.body", "body": canned_body})
             return
         if p.mode == "garbage":
             await _raw(send, 200, b"\x00\xffthis is not json at all")
@@ -119,7 +128,12 @@ class _Recording:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await self.worker(forwarded, replay, send)
+        p.inflight += 1
+        p.peak = max(p.peak, p.inflight)
+        try:
+            await self.worker(forwarded, replay, send)
+        finally:
+            p.inflight -= 1
 
 
 async def _raw(

@@ -71,6 +71,9 @@ def test_the_issue_shape_parses() -> None:
         ("overflow.providers.0.key_env", None, "models[0].overflow.providers[0].key_env"),
         ("overflow.providers.0.url", "http://api.provider.example/v1", "models[0].overflow.providers[0].url"),
         ("overflow.providers.0.url", "ftp://x/v1", "models[0].overflow.providers[0].url"),
+        # It becomes the request line: a space or a line break would be a header of its own.
+        ("overflow.providers.0.url", "https://h.example/v1 X", "models[0].overflow.providers[0].url"),
+        ("overflow.providers.0.url", "https://h.example/v1\r\nX-A: b", "models[0].overflow.providers[0].url"),
         ("overflow.providers.0.price", None, "models[0].overflow.providers[0].price"),
         (
             "overflow.providers.0.price",
