@@ -139,7 +139,7 @@ class Settings:
     files_url: str | None = None
     # Files and batches are kept this long after creation (SLUICEGATE_FILES_RETENTION_S).
     files_retention_s: float = 30 * 24 * 3600.0
-    # A batch line's claim on one replica (gateway/batch/linestore.py): renewed while it runs, so
+    # A batch line's claim on one replica (gateway/batch/batchstore.py): renewed while it runs, so
     # this is how long a line of a replica that died waits before another replica runs it again.
     batch_lease_s: float = 30.0
     # How often an idle replica looks for batch lines to start (SLUICEGATE_BATCH_POLL_INTERVAL).
