@@ -26,12 +26,17 @@ from starlette.routing import Route
 from gateway import __version__
 from gateway.admin.audit import AuditLog
 from gateway.admin.audit_store import AuditStore
+from gateway.admin.batch_routes import batch_routes
 from gateway.admin.deps import AdminDeps
 from gateway.admin.models import admin_model_routes
 from gateway.admin.role_routes import role_routes
 from gateway.admin.routes import admin_routes
 from gateway.apis import APIS, ClientApi
+from gateway.apis.batch import LINE_DIALECTS
 from gateway.apis.endpoint import mount
+from gateway.batch.batchstore import BatchStore
+from gateway.batch.filestore import FileStore
+from gateway.batch.service import BatchService
 from gateway.config import Settings
 from gateway.console.console_store import ConsoleStore
 from gateway.console.routes import console_mount
@@ -296,25 +301,46 @@ def create_app(
             timeout_s=settings.redis_timeout_s,
         )
         budget_gauge.start()
-        try:
-            yield AppState(
-                settings=settings,
-                pipeline=pipeline,
-                gate=gate,
-                admin=admin,
+        # The Files and Batch API (gateway/batch/): only with a file store to keep its bytes.
+        batch = (
+            None
+            if settings.files_url is None
+            else BatchService(
+                settings,
+                files=FileStore(redis),
+                batches=BatchStore(redis),
                 router=router,
-                readiness=Readiness(redis),
-                console_store=console_store,
-                key_info=KeyInfoDeps(
-                    LimitReader(LimitStore(redis, timeout_s=settings.redis_timeout_s)),
-                    meter,
-                    timeout_s=settings.redis_timeout_s,
-                ),
-                stored=stored,
-                upstream=upstream,
-                tracing=tracing,
+                keystore=keystore,
+                pipeline=pipeline,
+                dialects=LINE_DIALECTS,
+                metrics=metrics,
             )
+        )
+        state = AppState(
+            settings=settings,
+            pipeline=pipeline,
+            gate=gate,
+            admin=admin,
+            router=router,
+            readiness=Readiness(redis),
+            console_store=console_store,
+            key_info=KeyInfoDeps(
+                LimitReader(LimitStore(redis, timeout_s=settings.redis_timeout_s)),
+                meter,
+                timeout_s=settings.redis_timeout_s,
+            ),
+            stored=stored,
+            upstream=upstream,
+            tracing=tracing,
+            batch=batch,
+        )
+        if batch is not None:
+            batch.start(state)
+        try:
+            yield state
         finally:
+            if batch is not None:
+                await batch.close()
             if discovery is not None:
                 await discovery.stop()
             await monitor.stop()
@@ -378,6 +404,7 @@ def create_app(
             *admin_routes(),
             *admin_model_routes(),
             *role_routes(),
+            *batch_routes(),
             # The IdP's provisioning (SCIM 2.0, gateway/scim/): its own token, its own envelope.
             scim_mount(),
             # The web admin console under /admin/ui/ (gateway/console/): the same store and rules.

@@ -134,6 +134,16 @@ class Settings:
     # How often the replica holding the export lease sets each team's monthly money budget gauge
     # (gateway/metering/budget_gauge.py); SLUICEGATE_BUDGET_EXPORT_INTERVAL.
     budget_export_interval_s: float = 30.0
+    # SLUICEGATE_FILES_URL: where the Files and Batch API keeps bytes (file:///path, s3://...;
+    # gateway/files/backends.py); None: the batch routes answer a 404 naming the setting.
+    files_url: str | None = None
+    # Files and batches are kept this long after creation (SLUICEGATE_FILES_RETENTION_S).
+    files_retention_s: float = 30 * 24 * 3600.0
+    # A batch line's claim on one replica (gateway/batch/batchstore.py): renewed while it runs, so
+    # this is how long a line of a replica that died waits before another replica runs it again.
+    batch_lease_s: float = 30.0
+    # How often an idle replica looks for batch lines to start (SLUICEGATE_BATCH_POLL_INTERVAL).
+    batch_poll_interval_s: float = 0.2
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -263,6 +273,12 @@ class Settings:
                 env.get("SLUICEGATE_KUBERNETES_MODEL_NAMESPACES") or ""
             ),
             kubernetes_max_weight=parse_max_weight(env.get("SLUICEGATE_KUBERNETES_MAX_WEIGHT")),
+            files_url=env.get("SLUICEGATE_FILES_URL") or None,
+            files_retention_s=number("SLUICEGATE_FILES_RETENTION_S", defaults.files_retention_s, float),
+            batch_lease_s=number("SLUICEGATE_BATCH_LEASE", defaults.batch_lease_s, float),
+            batch_poll_interval_s=number(
+                "SLUICEGATE_BATCH_POLL_INTERVAL", defaults.batch_poll_interval_s, float
+            ),
         )
 
 

@@ -366,7 +366,15 @@ def _parse_routing(raw: Any, where: str) -> RoutingConfig:
     _require_mapping(
         raw,
         where,
-        allowed={"policy", "max_inflight_per_endpoint", "max_queue", "max_queue_wait", "prefix", "fairness"},
+        allowed={
+            "policy",
+            "max_inflight_per_endpoint",
+            "max_queue",
+            "max_queue_wait",
+            "prefix",
+            "fairness",
+            "batch_share",
+        },
     )
     values: dict[str, Any] = {}
     if "policy" in raw:
@@ -380,6 +388,11 @@ def _parse_routing(raw: Any, where: str) -> RoutingConfig:
         values["max_queue_wait"] = _number(raw["max_queue_wait"], f"{where}.max_queue_wait")
     if "prefix" in raw:
         values["prefix"] = _parse_prefix(raw["prefix"], f"{where}.prefix")
+    if "batch_share" in raw:
+        share = _number(raw["batch_share"], f"{where}.batch_share")
+        if share > 1:
+            raise ConfigError(f"{where}.batch_share: a share of the pool's slots, from 0 to 1")
+        values["batch_share"] = share
     if "fairness" in raw:
         if raw["fairness"] not in FAIRNESS_MODES:
             raise ConfigError(f"{where}.fairness: expected one of {', '.join(FAIRNESS_MODES)}")

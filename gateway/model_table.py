@@ -81,6 +81,9 @@ class RoutingConfig:
     # with counters shared by every replica (gateway/routing/vtc.py), or "requests", by request
     # count per replica (gateway/routing/fairqueue.py). docs/routing.md, "Fair share".
     fairness: str = "tokens"
+    # Batch lines (gateway/batch/engine.py) start on a pool only while its requests in flight are
+    # below this share of its slots (and nothing waits): the rest stays for interactive requests.
+    batch_share: float = 0.5
 
 
 @dataclass(frozen=True)

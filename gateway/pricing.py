@@ -52,6 +52,9 @@ class Price:
     input_per_million: Decimal
     output_per_million: Decimal
     currency: str = DEFAULT_CURRENCY
+    # `price.batch_multiplier`: what a batch line's tokens cost relative to these prices (OpenAI
+    # prices batch tokens at half); 1 unless the model table says.
+    batch_multiplier: Decimal = Decimal(1)
     # Names these prices among all others (recorded with the usage they priced): the currency and
     # a digest of the two prices, normalised so "0.60" and "0.6" are the same version.
     version: str = field(init=False, compare=False, repr=False)
@@ -74,6 +77,17 @@ class Price:
         text = f"{self.input_per_million.normalize():f}/{self.output_per_million.normalize():f}"
         digest = hashlib.sha256(text.encode()).hexdigest()[:12]
         object.__setattr__(self, "version", f"{self.currency}-{digest}")
+
+    def batched(self) -> Price:
+        """The prices a batch line pays (gateway/batch/); itself when there is no multiplier."""
+        if self.batch_multiplier == 1:
+            return self
+        with localcontext(_EXACT):
+            return Price(
+                self.input_per_million * self.batch_multiplier,
+                self.output_per_million * self.batch_multiplier,
+                self.currency,
+            )
 
     def per_token(self) -> tuple[float, float]:
         """(input, output) per token as floats: for Prometheus, whose samples are floats anyway;
@@ -119,7 +133,7 @@ def parse_price(raw: Any, where: str) -> Price | None:
         return None
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping with input_per_million and output_per_million")
-    allowed = ("input_per_million", "output_per_million", "currency")
+    allowed = ("input_per_million", "output_per_million", "currency", "batch_multiplier")
     unknown = sorted(str(key) for key in raw if key not in allowed)
     if unknown:
         raise ConfigError(f"{where}.{unknown[0]}: unknown field (allowed: {', '.join(allowed)})")
@@ -130,7 +144,20 @@ def parse_price(raw: Any, where: str) -> Price | None:
         input_per_million=_per_million(raw.get("input_per_million"), f"{where}.input_per_million"),
         output_per_million=_per_million(raw.get("output_per_million"), f"{where}.output_per_million"),
         currency=currency,
+        batch_multiplier=_multiplier(raw.get("batch_multiplier", 1), f"{where}.batch_multiplier"),
     )
+
+
+def _multiplier(value: Any, where: str) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ConfigError(f'{where}: expected a decimal number from 0 to 1 such as "0.5"')
+    try:
+        number = Decimal(str(value))
+    except ArithmeticError:
+        raise ConfigError(f'{where}: expected a decimal number from 0 to 1 such as "0.5"') from None
+    if not number.is_finite() or not 0 <= number <= 1:
+        raise ConfigError(f'{where}: expected a decimal number from 0 to 1 such as "0.5"')
+    return number
 
 
 def _per_million(value: Any, where: str) -> Decimal:

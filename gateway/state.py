@@ -13,10 +13,12 @@ if TYPE_CHECKING:
     from starlette.types import Scope
 
     from gateway.admin.deps import AdminDeps
+    from gateway.batch.service import BatchService
     from gateway.config import Settings
     from gateway.console.console_store import ConsoleStore
     from gateway.edge.key_info import KeyInfoDeps
     from gateway.http.context import RequestContext
+    from gateway.keys.auth import Principal
     from gateway.observability.tracing import Tracing
     from gateway.proxy.gate import Gate
     from gateway.proxy.pipeline import Pipeline
@@ -40,12 +42,16 @@ class AppState(TypedDict):
     stored: StoredResponses
     upstream: Upstream
     tracing: Tracing | None  # None unless an OTLP endpoint is set
+    batch: BatchService | None  # the Files and Batch API; None unless SLUICEGATE_FILES_URL is set
 
 
 class RequestState(AppState, total=False):
     """A request's copy: the app's, and the request's own record (set by the middleware)."""
 
     ctx: RequestContext
+    # A batch line's caller, known before it runs (gateway/batch/lines.py): the gate takes it
+    # instead of reading a key from headers. Never set from anything a client sends.
+    principal: Principal
 
 
 def app_state(scope: Scope) -> RequestState:

@@ -12,7 +12,7 @@ A new API is a new package here and one line in `APIS`; no shared module names i
 
 from __future__ import annotations
 
-from gateway.apis import anthropic, gemini, openai, responses
+from gateway.apis import anthropic, batch, gemini, openai, responses
 from gateway.apis.spec import ClientApi
 
 APIS: tuple[ClientApi, ...] = (
@@ -20,6 +20,7 @@ APIS: tuple[ClientApi, ...] = (
     responses.API,
     anthropic.API,
     gemini.API,
+    batch.API,
 )
 
 __all__ = ["APIS", "ClientApi"]

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway import __version__
-from gateway.cli import admin_cmds, identity_cmds, pools_cmds, report_cmds, serving
+from gateway.cli import admin_cmds, batch_cmds, identity_cmds, pools_cmds, report_cmds, serving
 from gateway.cli import login as login_cmds
 from gateway.cli.client import CliError, CliUsageError
 from gateway.cli.flags import add_limit_flags, day, duration
@@ -237,6 +237,31 @@ def _identity(sub: Any) -> None:
     unbind.add_argument("id")
 
 
+def _batches(sub: Any) -> None:
+    batches = _group(
+        sub, "batches", "a team's batches (the Files and Batch API)", "sluicegate batches list --team ml"
+    )
+    run = batch_cmds.cmd_batches
+    listing = _command(
+        batches, "list", run, "list a team's batches with their progress", "sluicegate batches list --team ml"
+    )
+    listing.add_argument("--team", required=True)
+    listing.add_argument("--json", action="store_true", help="print the batches as a JSON list")
+    show = _command(batches, "show", run, "show one batch", "sluicegate batches show batch_0123 --team ml")
+    show.add_argument("batch_id")
+    show.add_argument("--team", required=True)
+    show.add_argument("--json", action="store_true", help="print the batch as JSON")
+    cancel = _command(
+        batches,
+        "cancel",
+        run,
+        "cancel a batch: no new line starts, lines in flight finish and are kept",
+        "sluicegate batches cancel batch_0123 --team ml",
+    )
+    cancel.add_argument("batch_id")
+    cancel.add_argument("--team", required=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sluicegate",
@@ -279,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     _keys(sub)
     _reports(sub)
     _identity(sub)
+    _batches(sub)
     return parser
 
 

@@ -1,5 +1,5 @@
 """The web admin console under /admin/ui/: built once per app from the settings (create_app mounts
-it). Pages: Teams, a team's Keys, Usage, Models, Audit, Roles; sign in (the IdP, or the admin
+it). Pages: Teams, a team's Keys and Batches, Usage, Models, Audit, Roles; sign in (the IdP, or the admin
 token) and out.
 
 Every handler but the sign-in form goes through Console.page (gateway/console/web.py): signed in,
@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Mount, Route, Router
 from starlette.staticfiles import StaticFiles
 
 from gateway.config import Settings
+from gateway.console.batches import Batches
 from gateway.console.keys import Keys
 from gateway.console.live import Live
 from gateway.console.roles import Roles
@@ -46,6 +47,7 @@ def console_mount(settings: Settings) -> Mount:
             return console.render(request, "no_role.html", session=page.session, status=403)
         return redirect("/teams" if page.caller.permissions.could(Action.READ_TEAM) else "/usage")
 
+    batches = Batches(console)
     page = console.page
     # Each page with what it needs; a page about one team checks that team too (Page.require).
     routes: list[BaseRoute] = [
@@ -61,6 +63,7 @@ def console_mount(settings: Settings) -> Mount:
             POST=page(teams.update, Action.ADMINISTER),
         ),
         _route("/teams/{team}/delete", POST=page(teams.delete, Action.ADMINISTER)),
+        _route("/teams/{team}/batches", GET=page(batches.index, Action.READ_TEAM)),
         _route(
             "/teams/{team}/keys",
             GET=page(keys.index, Action.READ_KEYS),

@@ -238,6 +238,8 @@ def run_demo(*, host: str, port: int, state: str | None = None) -> int:
             port=port,
             shutdown_delay_s=0,  # no Service to leave: straight to the drain
             drain_timeout_s=DEMO_DRAIN_S,
+            # The Files and Batch API on by default (docs/batch.md): files under the state.
+            files_url=os.environ.get("SLUICEGATE_FILES_URL") or f"file://{demo_state.files_dir(state)}",
         )
         table = ModelTable(
             (

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +27,16 @@ class DemoSecrets:
 
 def redis_dir(state: str) -> str:
     path = Path(state) / "redis"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return str(path)
+
+
+def files_dir(state: str | None) -> str:
+    """Where the demo's Files and Batch API keeps its files: under the state directory, or a
+    fresh temporary directory (its batches, in an in-memory Redis, end with the demo too)."""
+    if state is None:
+        return tempfile.mkdtemp(prefix="sluicegate-demo-files-")
+    path = Path(state) / "files"
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return str(path)
 

@@ -134,6 +134,36 @@ def admin_paths() -> Schema:
                 ],
             )
         },
+        "/admin/v1/batches": {
+            "get": admin_operation(
+                "A team's batches (the Files and Batch API), newest first, with its queued and running lines",
+                ok_response({"type": "object"}),
+                404,
+                parameters=[query_param("team", {"type": "string"}, "The team.", required=True)],
+            )
+        },
+        "/admin/v1/batches/{batch_id}": {
+            "get": admin_operation(
+                "One batch of a team",
+                ok_response({"type": "object"}),
+                404,
+                parameters=[
+                    path_param("batch_id", {"type": "string"}),
+                    query_param("team", {"type": "string"}, "The team.", required=True),
+                ],
+            )
+        },
+        "/admin/v1/batches/{batch_id}/cancel": {
+            "post": admin_operation(
+                "Cancel a batch: no new line starts, lines in flight finish and are kept",
+                ok_response({"type": "object"}),
+                404,
+                parameters=[
+                    path_param("batch_id", {"type": "string"}),
+                    query_param("team", {"type": "string"}, "The team.", required=True),
+                ],
+            )
+        },
         "/admin/v1/audit": {
             "get": admin_operation(
                 "Admin changes, newest first: action, team, key id, old and new values, address",

@@ -68,6 +68,9 @@ class RequestContext:
     session_source: str = ""
     trace: RequestTrace | None = None  # None unless tracing is on (gateway/observability/tracing.py)
     ignored: tuple[str, ...] = ()  # what the translation dropped (gateway.proxy.translation.ignored)
+    # A batch line run by the gateway itself (gateway/batch/engine.py): metered as api `batch`,
+    # priced with the model's batch multiplier, never queued in a pool.
+    batch: bool = False
 
     def answered_with(self, error: GatewayError) -> None:
         """Notes the error the client is answered with, for the access log."""

@@ -40,6 +40,10 @@ _COST_DECIMALS = 9  # a nano-unit
 _SHARE_FIELDS = ("priority", "default_deadline_ms", "overflow")
 PRIORITY_RANGE = (1, 9)
 _DECIMAL_RE = re.compile(r"[0-9]{1,16}(\.[0-9]+)?")  # no sign, no exponent: "12", "0.5", "12.50"
+# The Files and Batch API (gateway/batch/, docs/batch.md): a team's batch lines not yet done, all
+# batches together, and its lines running at once on every replica; a key's `batches: false`
+# denies it the API.
+_BATCH_FIELDS = ("max_batch_lines", "batch_max_inflight")
 # Whether requests may go to a model's external overflow providers (docs/overflow.md): a team
 # allows it, a key may deny it for itself; absent, denied.
 OVERFLOW_ALLOWED, OVERFLOW_DENIED = "allowed", "denied"
@@ -64,6 +68,9 @@ class LimitSet:
     # Teams and keys (not per model): the deadline for the first token of a request that sends
     # none (x-sluicegate-deadline-ms); a key's overrides its team's (gateway/routing/deadline.py).
     default_deadline_ms: int | None = None
+    max_batch_lines: int | None = None  # teams only
+    batch_max_inflight: int | None = None  # teams only
+    batches: bool | None = None  # teams and keys: False denies the Files and Batch API
     # Teams and keys (not per model): "allowed" or "denied"; a team's default is denied, and a
     # key's "denied" refuses it for that key whatever its team says (gateway/overflow/).
     overflow: str | None = None
@@ -83,9 +90,11 @@ class LimitSet:
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             name: getattr(self, name)
-            for name in (*_RATE_FIELDS, *_BUDGET_FIELDS, *_SHARE_FIELDS)
+            for name in (*_RATE_FIELDS, *_BUDGET_FIELDS, *_SHARE_FIELDS, *_BATCH_FIELDS)
             if getattr(self, name)
         }
+        if self.batches is not None:
+            out["batches"] = self.batches
         for name in COST_FIELDS:
             nano = getattr(self, name)
             if nano:
@@ -105,7 +114,7 @@ class LimitSet:
 
     def merged(self, changes: LimitSet, cleared: set[str]) -> LimitSet:
         """These limits with `changes` applied; names in `cleared` are removed."""
-        names = (*_RATE_FIELDS, *_BUDGET_FIELDS, *COST_FIELDS, *_SHARE_FIELDS)
+        names = (*_RATE_FIELDS, *_BUDGET_FIELDS, *COST_FIELDS, *_SHARE_FIELDS, *_BATCH_FIELDS, "batches")
         values = {name: getattr(self, name) for name in (*names, "tpm_counts")}
         for name in names:
             if getattr(changes, name) is not None:
@@ -198,6 +207,14 @@ def parse_limits(body: Mapping[str, Any], *, budgets: bool, where: str = "") -> 
                 values[name] = _cost(body[name], name)
     if not where and body.get("priority") is not None:
         values["priority"] = _priority(body["priority"])
+    if budgets:
+        for name in _BATCH_FIELDS:
+            if body.get(name) is not None:
+                values[name] = _positive_int(body[name], name)
+    if not where and body.get("batches") is not None:
+        if not isinstance(body["batches"], bool):
+            raise GatewayError(ErrorCode.INVALID_REQUEST, "'batches' must be true or false.", param="batches")
+        values["batches"] = body["batches"]
     if not where and body.get("default_deadline_ms") is not None:
         values["default_deadline_ms"] = _deadline(body["default_deadline_ms"])
     if not where and body.get("overflow") is not None:

@@ -35,6 +35,11 @@ class Gate:
 
     async def caller(self, request: Request, ctx: RequestContext) -> Principal:
         """Who calls: the key (from any place a client API takes one), and its team's limits."""
+        preset: Principal | None = request.scope["state"].get("principal")
+        if preset is not None:  # a batch line: its batch's key, checked when the line started
+            principal = preset
+            ctx.team, ctx.key_id = principal.key.team, principal.key.id
+            return principal
         with tracing.phase(ctx.trace, "authenticate"):
             # Most requests have no query string: no QueryParams parsed for nothing.
             query = request.query_params if request.scope["query_string"] else None

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
@@ -40,6 +41,7 @@ from gateway.overflow import decision
 from gateway.overflow.call import CHAT_PATH, SERVED_BY_HEADER, OverflowCall, provider_body
 from gateway.overflow.contract import PROVIDER_CHAT
 from gateway.overflow.providers import ModelOverflow, Overflow
+from gateway.pricing import Price
 from gateway.proxy import parsing, whole_answer
 from gateway.proxy.answer_bytes import AnswerBytes
 from gateway.proxy.cache_salt import CacheSalts, SaltScope
@@ -53,6 +55,7 @@ from gateway.proxy.remembering import Remembering
 from gateway.proxy.settlement import Settlement, Submitter
 from gateway.proxy.translation import ignored, model_rules
 from gateway.proxy.translation.bounds import BodyBounds, BodyLists
+from gateway.proxy.translation.engine_priority import with_engine_priority
 from gateway.proxy.upstream import Upstream, UpstreamResponse
 from gateway.proxy.worker_protocols import CHAT
 from gateway.routing import share
@@ -91,6 +94,7 @@ class Admitted:
     # whether its team and key allow it: then its money was reserved at the higher price.
     overflow: ModelOverflow | None = None
     overflow_allowed: bool = False
+    price: Price | None = None  # the model's, with its batch multiplier for a batch line
 
 
 class Pipeline:
@@ -144,7 +148,7 @@ class Pipeline:
 
     async def serve(self, dialect: Dialect[Any], scope: Scope, receive: Receive, send: Send) -> None:
         ctx = RequestContext.of(scope)
-        ctx.api = dialect.name
+        ctx.api = "batch" if ctx.batch else dialect.name
         try:
             await self._serve(dialect, ctx, scope, receive, send)
         except asyncio.CancelledError:
@@ -175,7 +179,7 @@ class Pipeline:
             self._metrics,
             self._meter,
             share=self._share_ticket(admitted),
-            price=admitted.requested.model.price,
+            price=admitted.price,
         )
         try:
             await self._answer(dialect, admitted, settlement, scope, receive, send)
@@ -223,8 +227,16 @@ class Pipeline:
         ignored.record(ctx, dialect.name, call.ignored, self._metrics, self._hosted_tools)
         holder = await self._holder(call.continues, principal.team_id, ctx.model)
         salt = await self._salts.scope(principal.team_id, key.id, call.client_salt)
+        price = requested.model.price
+        if ctx.batch and price is not None:
+            price = price.batched()
         # Inline: no call at all on the path of a gateway without overflow (tests/perf/budget.json).
-        overflow = None if self._overflow is None else self._overflow_of(call, requested.model.name, holder)
+        # A batch line runs on idle capacity only, never on a provider.
+        overflow = (
+            None
+            if self._overflow is None or ctx.batch
+            else self._overflow_of(call, requested.model.name, holder)
+        )
         may_overflow = overflow is not None and overflow_allowed(team, key.limits)
         planned = self._plans.plan(
             key.team,
@@ -234,7 +246,7 @@ class Pipeline:
             ctx.model,
             dt.datetime.now(dt.UTC),
             # In the same round trip: money at the higher of the model's and its providers' prices.
-            overflow.ceiling if may_overflow and overflow is not None else requested.model.price,
+            overflow.ceiling if may_overflow and overflow is not None else price,
         )
         history = 0 if holder is None else holder.tokens
         prompt = call.estimated_prompt_tokens() + history
@@ -265,6 +277,7 @@ class Pipeline:
             deadline,
             overflow,
             may_overflow,
+            price,
         )
 
     def _overflow_of(self, call: Call, model: str, holder: Holder | None) -> ModelOverflow | None:
@@ -350,6 +363,7 @@ class Pipeline:
             share=settlement.share,
             blocks=blocks,
             block_bytes=block_bytes,
+            no_wait=ctx.batch,
         )
         # Pools and fallbacks first; an overflow provider only when none can serve in time.
         provider = (
@@ -395,11 +409,15 @@ class Pipeline:
                 upstream = await self._upstream.open(
                     plan,
                     call.worker_path,
-                    lambda pool: call.worker_body(
-                        pool.wire_model,
-                        continuous_usage=pool.model.continuous_usage,
-                        max_tokens=admitted.cap.per_answer,
-                        cache_salt=admitted.salt.for_model(pool.model.cache_isolation),
+                    lambda pool: _behind_interactive(
+                        call.worker_body(
+                            pool.wire_model,
+                            continuous_usage=pool.model.continuous_usage,
+                            max_tokens=admitted.cap.per_answer,
+                            cache_salt=admitted.salt.for_model(pool.model.cache_isolation),
+                        ),
+                        pool,
+                        background=ctx.batch,
                     ),
                     self._forwarding.worker_headers(scope, ctx),
                     route,
@@ -506,6 +524,15 @@ class Pipeline:
         pool = upstream.pool
         holder = Holder(team_id, pool.model.name, answer_name, pool.name, upstream.endpoint.url)
         return Remembering(self._stored, holder, settlement)
+
+
+def _behind_interactive(body: bytes, pool: Pool, *, background: bool) -> bytes:
+    """A batch line's worker body with the engine priority of its pool's model, behind interactive
+    requests in a vLLM that orders by it (gateway/proxy/translation/engine_priority.py). Only a
+    batch line to such a model pays for the second encoding."""
+    if not (background and pool.model.engine_priority):
+        return body
+    return orjson.dumps(with_engine_priority(orjson.loads(body), pool.model, background=True))
 
 
 def _prompt_blocks(

@@ -244,6 +244,11 @@ class Upstream:
             try:
                 # A free slot at once, else a wait in the pool's queue: the wait is a span of its own.
                 got = pool.try_acquire(route, self._router.rng, tried, picked)
+                if got is None and route.no_wait:
+                    raise GatewayError(
+                        ErrorCode.POOL_SATURATED,
+                        f"Every worker for model '{model.name}' is busy; a batch line does not queue.",
+                    )
                 if got is None:
                     with tracing.phase(trace, "queue wait"):
                         got = await pool.acquire(route, self._router.rng, tried, wait, picked)

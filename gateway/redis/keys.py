@@ -149,3 +149,48 @@ def scim(*parts: str) -> str:
     thousand users and a thousand groups fit one node easily. A part may hold any text (a
     userName, a group's id); the tag comes first, so nothing in a part can move the slot."""
     return ":".join((f"{PREFIX}:{{scim}}", *parts))
+
+
+# The Files and Batch API (gateway/batch/): a team's files and batches under its hash tag, so the
+# batch scripts (gateway/redis/lua/batch_*.lua) touch a batch's lines, the team's running lines
+# and queued-line count in one slot. Ids are the gateway's own (`file-<hex>`, `batch_<hex>`).
+BATCHES_ACTIVE = f"{PREFIX}:batches:active"  # SET "<team>/<batch id>": what the engines look at
+
+
+def files_index(team: str) -> str:
+    return f"{PREFIX}:{{t:{team}}}:files"
+
+
+def file_record(team: str, file_id: str) -> str:
+    return f"{PREFIX}:{{t:{team}}}:file:{file_id}"
+
+
+def batches_index(team: str) -> str:
+    return f"{PREFIX}:{{t:{team}}}:batches"
+
+
+def batch_record(team: str, batch_id: str) -> str:
+    return f"{PREFIX}:{{t:{team}}}:batch:{batch_id}"
+
+
+def batch_lines(team: str, batch_id: str) -> tuple[str, str, str, str, str]:
+    """A batch's lines: pending (LIST of line numbers), leases (ZSET line -> lease end, ms),
+    owners (HASH line -> the claim's token), results (HASH line -> its output or error line),
+    tries (HASH line -> worker failures)."""
+    base = f"{PREFIX}:{{t:{team}}}:batch:{batch_id}"
+    return f"{base}:pending", f"{base}:leases", f"{base}:owners", f"{base}:results", f"{base}:tries"
+
+
+def batch_running(team: str) -> str:
+    """ZSET `<batch id>:<line>` -> lease end (ms): the team's lines running now, on any replica."""
+    return f"{PREFIX}:{{t:{team}}}:batch-running"
+
+
+def batch_queued(team: str) -> str:
+    """The team's batch lines not yet done, all batches together (bounded by max_batch_lines)."""
+    return f"{PREFIX}:{{t:{team}}}:batch-queued"
+
+
+def batch_finalizer(team: str, batch_id: str) -> str:
+    """Held by the replica writing a batch's output files (SET NX with a TTL)."""
+    return f"{PREFIX}:{{t:{team}}}:batch:{batch_id}:finalizer"

@@ -72,6 +72,9 @@ class RouteRequest:
     # Its place in a token fair-share queue (gateway.routing.share): charged at each dispatch,
     # corrected at settlement. None: a default ticket of the team's weight.
     share: ShareTicket | None = None
+    # A batch line (gateway/batch/): takes a free slot or none, never a place in the pool's queue,
+    # so no interactive request ever waits behind a line that has not started.
+    no_wait: bool = False
 
     @property
     def affinity_key(self) -> str | None:

@@ -193,6 +193,7 @@ CASES: dict[str, tuple[tuple[Path, ...], dict[str, Any] | None]] = {
     "spool-claims": ((), SPOOL_CLAIMS),
     "spool-claims-autoscaled": ((), SPOOL_CLAIMS_AUTOSCALED),
     "spool-existing-claim": ((), SPOOL_EXISTING_CLAIM),
+    "batch-files": ((), {"gateway": {"files": {"enabled": True, "storageClass": "nfs"}}}),
     "published": ((), PUBLISHED),
     "native-models": ((), NATIVE_MODELS),
 }

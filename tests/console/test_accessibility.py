@@ -63,6 +63,7 @@ def test_every_page_passes_axe_at_both_widths(
     for path in (
         "/teams",
         f"/teams/{team}/keys?status=all",
+        f"/teams/{team}/batches",
         f"/keys/{key_id}",
         "/usage",
         f"/usage?team={team}&by=key",

@@ -43,10 +43,14 @@ class Live:
 
 
 @pytest.fixture(scope="module")
-def live(make_gateway_module: GatewayFactory) -> Iterator[Live]:
+def live(make_gateway_module: GatewayFactory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    # The Files and Batch API on too, so its routes are exercised, not answered 404.
+    files = tmp_path_factory.mktemp("files")
     with (
         EmbeddedRedis() as redis,
-        make_gateway_module(redis_url=redis.url, trusted_proxies=("127.0.0.1/32",)) as gw,
+        make_gateway_module(
+            redis_url=redis.url, trusted_proxies=("127.0.0.1/32",), files_url=f"file://{files}"
+        ) as gw,
     ):
         team = gw.new_team()
         gw.admin.call("PATCH", f"/admin/v1/teams/{team}", {"tpm": 10**12, "daily_tokens": 10**15})

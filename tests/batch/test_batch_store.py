@@ -1,0 +1,94 @@
+"""The batch scripts on a real Redis: a line is claimed by one replica at a time, answered once
+and only by its lease's holder, run again when its lease lapses, and a team's running lines stay
+within batch_max_inflight; a team's queued lines within max_batch_lines."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+
+import redis.asyncio
+
+from gateway.batch.batchstore import CLAIMED, NOTHING, TEAM_FULL, BatchStore
+from gateway.batch.records import Batch
+from tests.batch.conftest import chat_lines, upload, wait_for_batch
+from tests.conftest import Gateway
+from tests.redis_cluster import RedisServer
+
+
+def _batch(team: str) -> Batch:
+    now = int(time.time())
+    return Batch(
+        id="batch_" + secrets.token_hex(6),
+        team=team,
+        team_id="team_x",
+        key_id="key_x",
+        endpoint="/v1/chat/completions",
+        input_file_id="file-x",
+        completion_window="24h",
+        model="m",
+        created_at=now,
+        expires_at=now + 86400,
+        retain_until=now + 3600,
+    )
+
+
+def test_each_line_is_answered_once_by_its_leases_holder(redis_server: RedisServer) -> None:
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(redis_server.url)
+        store = BatchStore(client)
+        team = "team-" + secrets.token_hex(4)
+        batch = _batch(team)
+        await store.create(batch)
+        assert await store.start(batch, 3, max_lines=10) == 1
+        assert await store.queued(team) == 3
+        a, b = "replica-a", "replica-b"
+        assert await store.claim(batch, a, lease_s=30, max_inflight=2) == (CLAIMED, 0)
+        assert await store.claim(batch, b, lease_s=30, max_inflight=2) == (CLAIMED, 1)
+        assert await store.claim(batch, b, lease_s=30, max_inflight=2) == (TEAM_FULL, -1)
+        assert await store.running(team) == 2
+        # Only the lease's holder answers, and only once.
+        answer = {"ok": True, "value": b"o{}", "input_tokens": 1, "output_tokens": 2}
+        assert not await store.done(batch, 0, b, **answer)  # type: ignore[arg-type]
+        assert await store.done(batch, 0, a, **answer)  # type: ignore[arg-type]
+        assert not await store.done(batch, 0, a, **answer)  # type: ignore[arg-type]
+        assert await store.queued(team) == 2
+        # A lease that lapses (its replica died) puts the line back; the old holder's answer is refused.
+        assert await store.claim(batch, a, lease_s=0.001, max_inflight=None) == (CLAIMED, 2)
+        await asyncio.sleep(0.05)
+        assert await store.claim(batch, b, lease_s=30, max_inflight=None) == (CLAIMED, 2)
+        assert not await store.done(batch, 2, a, **answer)  # type: ignore[arg-type]
+        assert await store.done(batch, 2, b, **answer)  # type: ignore[arg-type]
+        assert await store.done(batch, 1, b, **answer)  # type: ignore[arg-type]
+        assert await store.claim(batch, a, lease_s=30, max_inflight=None) == (NOTHING, -1)
+        assert await store.finalizing(team, batch.id) == "completed"
+        answers = {line async for line, _ in store.results(team, batch.id)}
+        assert answers == {0, 1, 2}
+        got = await store.get(team, batch.id)
+        assert got is not None
+        assert (got.completed, got.usage["output_tokens"]) == (3, 6)
+        # A second batch past the team's queued-lines bound is refused whole.
+        other = _batch(team)
+        await store.create(other)
+        assert await store.start(other, 11, max_lines=10) == -1
+        await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_batch_past_the_teams_queued_lines_fails(batch_gateway: Gateway) -> None:
+    team = batch_gateway.new_team()
+    batch_gateway.admin.call("PATCH", f"/admin/v1/teams/{team}", {"max_batch_lines": 5})
+    client = batch_gateway.client(batch_gateway.new_key(team=team)["key"])
+    too_many = client.batches.create(
+        input_file_id=upload(client, chat_lines(6)), endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    done = wait_for_batch(client, too_many.id)
+    assert done.status == "failed"
+    assert done.errors is not None
+    assert [e.code for e in done.errors.data or []] == ["max_batch_lines"]
+    fits = client.batches.create(
+        input_file_id=upload(client, chat_lines(5)), endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    assert wait_for_batch(client, fits.id).status == "completed"
