@@ -54,8 +54,8 @@ from gateway.identity.directory import SCIM_TOMBSTONE_TTL_S, Directory
 from gateway.keys.auth import Authenticator, bearer_token
 from gateway.keys.credentials import secret_headers
 from gateway.keys.store import KeyStore
-from gateway.limits.admission import RateLimiter
 from gateway.limits.limit_store import LimitStore
+from gateway.limits.limiter import RateLimiter
 from gateway.limits.peek import LimitReader
 from gateway.metering.budget_gauge import BudgetGauge
 from gateway.metering.budget_store import BudgetStore

@@ -31,7 +31,8 @@ from gateway.errors import ErrorCode, Failure, GatewayError
 from gateway.http.body import read_body
 from gateway.http.context import CLIENT_CLOSED, RequestContext
 from gateway.keys.auth import Principal
-from gateway.limits.admission import Admission, RateLimiter
+from gateway.limits.admission import Admission
+from gateway.limits.limiter import RateLimiter
 from gateway.limits.output import OutputCap
 from gateway.limits.plans import LimitPlans
 from gateway.limits.spec import overflow_allowed
