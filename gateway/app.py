@@ -129,7 +129,9 @@ def create_app(
         workers = WorkerClient()  # every call to a worker: the requests', probes, scrapes
         # app.py holds the client only to build the stores (one per concern, docs/architecture.md)
         # and close it: everything else reaches Redis through them.
-        keystore = KeyStore(redis)
+        # A failed call opens it for one Redis timeout: then one request probes again.
+        breaker = RedisBreaker(cool_down_s=settings.redis_timeout_s)
+        keystore = KeyStore(redis, breaker=breaker)  # the breaker: its look-ups on the request path
         stored = StoredResponses(
             stores.holders or HolderStore(redis, timeout_s=settings.redis_timeout_s),
             ttl_s=settings.stored_response_ttl_s,
@@ -137,13 +139,10 @@ def create_app(
         meter = Meter(stores.usage or UsageStore(redis, timeout_s=settings.redis_timeout_s), metrics)
         spool = Spool(settings.spool_path)
         meter.start(spool)
-        # A failed call opens it for one Redis timeout: then one request probes again.
-        breaker = RedisBreaker(cool_down_s=settings.redis_timeout_s)
         upstream = Upstream(workers, router, metrics)
         overflow.attach(workers)
         auth = Authenticator(
             keystore,
-            breaker,
             cache_ttl_s=settings.key_cache_ttl_s,
             timeout_s=settings.redis_timeout_s,
             credentials=credentials,
