@@ -269,10 +269,20 @@ class BatchStore(RedisStore):
 
     async def finalizing(self, team: str, batch_id: str) -> str:
         """What the batch ends as once its output is written, or '' while lines remain."""
-        pending, leases, *_ = keys.batch_lines(team, batch_id)
+        pending, leases, owners, results, _ = keys.batch_lines(team, batch_id)
+        now = time.time()
         return keys.as_text(
             await self._finalizing(
-                keys=[keys.batch_record(team, batch_id), pending, leases], args=[int(time.time())]
+                keys=[
+                    keys.batch_record(team, batch_id),
+                    pending,
+                    leases,
+                    owners,
+                    keys.batch_running(team),
+                    keys.batch_queued(team),
+                    results,
+                ],
+                args=[int(now), int(now * 1000), batch_id],
             )
         )
 

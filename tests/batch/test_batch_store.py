@@ -92,3 +92,27 @@ def test_a_batch_past_the_teams_queued_lines_fails(batch_gateway: Gateway) -> No
         input_file_id=upload(client, chat_lines(5)), endpoint="/v1/chat/completions", completion_window="24h"
     )
     assert wait_for_batch(client, fits.id).status == "completed"
+
+
+def test_a_stopped_batch_whose_replica_died_mid_line_still_ends(redis_server: RedisServer) -> None:
+    """A cancel (or the window's end) while a dead replica held a lease: no replica claims lines of
+    a stopped batch, so nothing else reaps that lease. The batch must still end, and the line must
+    stop counting against the team's max_batch_lines."""
+
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(redis_server.url)
+        store = BatchStore(client)
+        for how, ending in (("cancelling", "cancelled"), ("expiring", "expired")):
+            team = "team-" + secrets.token_hex(4)
+            batch = _batch(team)
+            await store.create(batch)
+            assert await store.start(batch, 3, max_lines=10) == 1
+            assert await store.claim(batch, "dead-replica", lease_s=0.001, max_inflight=None) == (CLAIMED, 0)
+            await store.stop(team, batch.id, how)
+            await asyncio.sleep(0.05)  # the dead replica's lease lapses
+            assert await store.finalizing(team, batch.id) == ending
+            assert await store.queued(team) == 0
+            assert await store.running(team) == 0
+        await client.aclose()
+
+    asyncio.run(run())
