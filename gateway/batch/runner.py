@@ -159,6 +159,8 @@ class LineRunner:
                     input_tokens=prompt,
                     output_tokens=completion,
                 )
+                # A line is billed once: to the replica whose answer was written.
+                ctx.unbilled = not written
                 verdict.append("completed" if written else "lost")
             elif _error_code(parsed) in _NOT_STARTED:
                 verdict.append("requeue")

@@ -1,0 +1,129 @@
+"""Review of issue 44: a line's late answer after its lease went elsewhere, isolation after a
+key's batches are taken away, and upload bodies without an end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import redis
+
+from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
+from gateway.redis import keys
+from tests.batch.conftest import chat_lines, jsonl, upload, wait_for_batch
+from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
+from tests.servers import run_uvicorn
+from tests.waiting import wait_until
+from workers.fake.app import create_app as create_fake_worker
+
+
+class GatedWorker:
+    """The fake worker, each request held until the test opens the gate: a line that is running
+    for as long as the test needs, without a clock."""
+
+    def __init__(self) -> None:
+        self.app = create_fake_worker([FAKE_MODEL])
+        self.arrived = threading.Event()
+        self.gate = threading.Event()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            self.arrived.set()
+            await asyncio.to_thread(self.gate.wait)
+        await self.app(scope, receive, send)
+
+
+@contextlib.contextmanager
+def gated_gateway(make_gateway: GatewayFactory, files_dir: Path) -> Iterator[tuple[Gateway, GatedWorker]]:
+    worker = GatedWorker()
+    try:
+        with run_uvicorn(worker) as url:
+            # 2 slots: batch_share 0.5 (the default) runs one line at a time.
+            routing = RoutingConfig(max_inflight_per_endpoint=2)
+            table = ModelTable((ModelConfig(name=FAKE_MODEL, endpoints=(url,), routing=routing),))
+            with make_gateway(table, files_url=f"file://{files_dir}", batch_poll_interval_s=0.05) as gw:
+                yield gw, worker
+    finally:
+        worker.gate.set()
+
+
+def _create(client: openai.OpenAI, lines: int) -> Any:
+    file_id = upload(client, chat_lines(lines))
+    return client.batches.create(
+        input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+
+
+def _lost(gw: Gateway) -> float:
+    """Lines whose answer this replica had to drop: their lease was another replica's."""
+    with urllib.request.urlopen(f"{gw.url}/metrics", timeout=5) as reply:  # noqa: S310
+        text = reply.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("sluicegate_batch_lines_total{") and 'outcome="lost"' in line
+    )
+
+
+def test_a_late_answer_after_the_lease_went_elsewhere_is_not_billed(
+    make_gateway: GatewayFactory, files_dir: Path, redis_client: redis.Redis
+) -> None:
+    """A replica whose lease lapsed while its line still ran (Redis away longer than the lease, a
+    stalled loop) gets its answer refused: the replica that took the line over answers and is
+    billed. The late answer must not be billed too: the line would cost its team twice."""
+    with gated_gateway(make_gateway, files_dir) as (gw, worker):
+        key = gw.new_key()
+        team = key["team"]
+        client = gw.client(key["key"])
+        batch = client.batches.create(
+            input_file_id=upload(client, chat_lines(1)),
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+        )
+        assert worker.arrived.wait(30)
+        _, leases, owners, _, _ = keys.batch_lines(team, batch.id)
+        # Another replica took the line over (its lease had lapsed), and holds it now.
+        redis_client.hset(owners, "0", "another-replica")
+        worker.gate.set()
+        wait_until(lambda: _lost(gw) >= 1, 30, "the late answer refused")
+        # That replica died in turn: its lease lapses, and this one runs the line again.
+        redis_client.zadd(leases, {"0": 0})
+        done = wait_for_batch(client, batch.id)
+        assert (done.status, done.request_counts.completed) == ("completed", 1)  # type: ignore[union-attr]
+        # An interactive request metered after the batch: every batch row is in by then.
+        client.chat.completions.create(model=FAKE_MODEL, messages=[{"role": "user", "content": "hello 0"}])
+        wait_until(lambda: any(r["api"] == "chat" for r in gw.usage(team)), 10, "the chat row")
+        rows = gw.usage(team)
+        chat = next(r for r in rows if r["api"] == "chat")
+        billed = sum(r["prompt_tokens"] + r["completion_tokens"] for r in rows if r["api"] == "batch")
+        assert billed == chat["prompt_tokens"] + chat["completion_tokens"]
+
+
+def test_a_key_whose_batches_are_taken_away_runs_no_more_lines(
+    make_gateway: GatewayFactory, files_dir: Path
+) -> None:
+    """`batches: false` set on a key after it created a batch: its lines not yet started fail as
+    the key's (as they do when it is revoked), those running finish."""
+    with gated_gateway(make_gateway, files_dir) as (gw, worker):
+        key = gw.new_key()
+        client = gw.client(key["key"])
+        batch = client.batches.create(
+            input_file_id=upload(client, chat_lines(20)),
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+        )
+        assert worker.arrived.wait(30)
+        gw.admin.call("PATCH", f"/admin/v1/keys/{key['id']}", {"batches": False})
+        worker.gate.set()
+        done = wait_for_batch(gw.client(gw.new_key(team=key["team"])["key"]), batch.id)
+        assert done.request_counts is not None
+        assert done.request_counts.completed < 20
+        assert done.error_file_id is not None
+        errors = jsonl(gw.client(gw.new_key(team=key["team"])["key"]).files.content(done.error_file_id).text)
+        assert {line["error"]["code"] for line in errors} == {"invalid_api_key"}
