@@ -95,7 +95,7 @@ def test_a_late_answer_after_the_lease_went_elsewhere_is_not_billed(
         # That replica died in turn: its lease lapses, and this one runs the line again.
         redis_client.zadd(leases, {"0": 0})
         done = wait_for_batch(client, batch.id)
-        assert (done.status, done.request_counts.completed) == ("completed", 1)  # type: ignore[union-attr]
+        assert (done.status, done.request_counts.completed) == ("completed", 1)
         # An interactive request metered after the batch: every batch row is in by then.
         client.chat.completions.create(model=FAKE_MODEL, messages=[{"role": "user", "content": "hello 0"}])
         wait_until(lambda: any(r["api"] == "chat" for r in gw.usage(team)), 10, "the chat row")
