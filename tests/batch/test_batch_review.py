@@ -12,12 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 import redis
 
+from gateway.apis.batch.upload import MultipartReader, body_chunks
+from gateway.errors import GatewayError
 from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from gateway.redis import keys
 from tests.batch.conftest import chat_lines, jsonl, upload, wait_for_batch
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
+from tests.http import post
 from tests.servers import run_uvicorn
 from tests.waiting import wait_until
 from workers.fake.app import create_app as create_fake_worker
@@ -127,3 +131,59 @@ def test_a_key_whose_batches_are_taken_away_runs_no_more_lines(
         assert done.error_file_id is not None
         errors = jsonl(gw.client(gw.new_key(team=key["team"])["key"]).files.content(done.error_file_id).text)
         assert {line["error"]["code"] for line in errors} == {"invalid_api_key"}
+
+
+def _part(name: str, value: bytes, filename: str | None = None) -> bytes:
+    disposition = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+    return b"--XX\r\nContent-Disposition: " + disposition.encode() + b"\r\n\r\n" + value + b"\r\n"
+
+
+_LINES = chat_lines(1)
+_BIG = b"x" * 4096
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        # A field the gateway does not keep is still a field: small (the SDKs' are a few bytes).
+        (
+            _part("purpose", b"batch") + _part("expires_after[anchor]", _BIG) + _part("file", _LINES, "a"),
+            "long",
+        ),
+        # A second file would be read (and dropped) for as long as the client sends it.
+        (_part("purpose", b"batch") + _part("file", _LINES, "a") + _part("file", _LINES, "b"), "two"),
+        (_part("purpose", b"batch") + _part("x", b"1") * 40 + _part("file", _LINES, "a"), "parts"),
+        # The file written, then a part whose headers never end: its bytes must not stay behind.
+        (_part("purpose", b"batch") + _part("file", _LINES, "a") + b"--XX\r\nContent-Disposition: fo", "end"),
+    ],
+)
+def test_uploads_with_unbounded_or_extra_parts_are_refused_and_leave_nothing(
+    batch_gateway: Gateway, files_dir: Path, body: bytes, why: str
+) -> None:
+    key = batch_gateway.new_key()
+    body += b"--XX--\r\n" if why != "end" else b""
+    reply = post(
+        f"{batch_gateway.url}/v1/files",
+        body,
+        key=key["key"],
+        headers={"content-type": "multipart/form-data; boundary=XX"},
+    )
+    assert reply.status == 400, reply.body
+    assert reply.json()["error"]["type"] == "invalid_request_error"
+    assert not [p for p in files_dir.rglob("*") if p.is_file()]
+
+
+def test_an_upload_body_is_bounded_whatever_its_parts() -> None:
+    """Bytes the reader skips (a preamble before the first boundary, a part it drops) count too:
+    a body past the bound is cut with a 413, not read for as long as the client sends."""
+
+    async def run() -> int:
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"x" * 65536, "more_body": True}
+
+        reader = MultipartReader(body_chunks(receive, min_rate=1, window_s=30, max_bytes=1 << 20), b"XX")
+        with pytest.raises(GatewayError) as caught:
+            await reader.next_part()  # a preamble without end
+        return caught.value.code.status
+
+    assert asyncio.run(run()) == 413
