@@ -21,7 +21,7 @@ from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from gateway.redis import keys
 from tests.batch.conftest import chat_lines, jsonl, upload, wait_for_batch
 from tests.conftest import FAKE_MODEL, Gateway, GatewayFactory
-from tests.http import post
+from tests.http import call, post
 from tests.servers import run_uvicorn
 from tests.waiting import wait_until
 from workers.fake.app import create_app as create_fake_worker
@@ -187,3 +187,24 @@ def test_an_upload_body_is_bounded_whatever_its_parts() -> None:
         return caught.value.code.status
 
     assert asyncio.run(run()) == 413
+
+
+def test_a_team_recreated_under_the_name_sees_none_of_the_old_teams_batches_in_the_admin_api(
+    batch_gateway: Gateway,
+) -> None:
+    """The admin API (and the console on it) showed and cancelled a deleted team's batches to the
+    team that took its name; the client API already answered 404."""
+    key = batch_gateway.new_key()
+    team = key["team"]
+    client = batch_gateway.client(key["key"])
+    old = _create(client, 1)
+    wait_for_batch(client, old.id)
+    batch_gateway.admin.call("DELETE", f"/admin/v1/teams/{team}")
+    batch_gateway.admin.call("POST", "/admin/v1/teams", {"name": team})
+    for method, path in (("GET", ""), ("POST", "/cancel")):
+        reply = call(
+            method,
+            f"{batch_gateway.url}/admin/v1/batches/{old.id}{path}?team={team}",
+            key=batch_gateway.admin_token,
+        )
+        assert reply.status == 404, reply.body
