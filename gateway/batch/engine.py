@@ -250,6 +250,10 @@ class BatchEngine:
             if code != CLAIMED:
                 return
             key = (batch.team, batch.id, line)
+            # Review of issue 44: this replica's own lease, lapsed while the line still runs here
+            # and claimed back under the same token: the running line holds it again (renewed).
+            if key in self._lines:
+                continue
             self._per_model[batch.model] += 1
             self.started_lines += 1
             self._lines[key] = asyncio.ensure_future(self._line(batch, line, principal, route))

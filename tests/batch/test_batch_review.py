@@ -34,22 +34,26 @@ class GatedWorker:
     def __init__(self) -> None:
         self.app = create_fake_worker([FAKE_MODEL])
         self.arrived = threading.Event()
+        self.requests = 0
         self.gate = threading.Event()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+        if scope["type"] == "http" and scope["method"] == "POST":
+            self.requests += 1
             self.arrived.set()
             await asyncio.to_thread(self.gate.wait)
         await self.app(scope, receive, send)
 
 
 @contextlib.contextmanager
-def gated_gateway(make_gateway: GatewayFactory, files_dir: Path) -> Iterator[tuple[Gateway, GatedWorker]]:
+def gated_gateway(
+    make_gateway: GatewayFactory, files_dir: Path, slots: int = 2
+) -> Iterator[tuple[Gateway, GatedWorker]]:
     worker = GatedWorker()
     try:
         with run_uvicorn(worker) as url:
             # 2 slots: batch_share 0.5 (the default) runs one line at a time.
-            routing = RoutingConfig(max_inflight_per_endpoint=2)
+            routing = RoutingConfig(max_inflight_per_endpoint=slots)
             table = ModelTable((ModelConfig(name=FAKE_MODEL, endpoints=(url,), routing=routing),))
             with make_gateway(table, files_url=f"file://{files_dir}", batch_poll_interval_s=0.05) as gw:
                 yield gw, worker
@@ -208,3 +212,23 @@ def test_a_team_recreated_under_the_name_sees_none_of_the_old_teams_batches_in_t
             key=batch_gateway.admin_token,
         )
         assert reply.status == 404, reply.body
+
+
+def test_a_replica_that_takes_back_its_own_lapsed_lease_runs_the_line_once(
+    make_gateway: GatewayFactory, files_dir: Path, redis_client: redis.Redis
+) -> None:
+    """A lease lapsed while its line still ran here (Redis away longer than the lease), and this
+    replica's next claim takes the line back, under the same token: the line still running holds
+    it again, so no second run of it starts."""
+    with gated_gateway(make_gateway, files_dir, slots=4) as (gw, worker):
+        key = gw.new_key()
+        client = gw.client(key["key"])
+        batch = _create(client, 1)
+        assert worker.arrived.wait(30)
+        leases = keys.batch_lines(key["team"], batch.id)[1]
+        redis_client.zadd(leases, {"0": 0})  # lapsed
+        wait_until(lambda: redis_client.zscore(leases, "0") != 0, 30, "the line claimed again")
+        worker.gate.set()
+        done = wait_for_batch(client, batch.id)
+        assert (done.status, done.request_counts.completed) == ("completed", 1)  # type: ignore[union-attr]
+        assert worker.requests == 1
