@@ -230,5 +230,5 @@ def test_a_replica_that_takes_back_its_own_lapsed_lease_runs_the_line_once(
         wait_until(lambda: redis_client.zscore(leases, "0") != 0, 30, "the line claimed again")
         worker.gate.set()
         done = wait_for_batch(client, batch.id)
-        assert (done.status, done.request_counts.completed) == ("completed", 1)  # type: ignore[union-attr]
+        assert (done.status, done.request_counts.completed) == ("completed", 1)
         assert worker.requests == 1
