@@ -116,3 +116,23 @@ def test_a_stopped_batch_whose_replica_died_mid_line_still_ends(redis_server: Re
         await client.aclose()
 
     asyncio.run(run())
+
+
+def test_a_batch_whose_every_line_was_answered_when_its_window_ended_completed(
+    redis_server: RedisServer,
+) -> None:
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(redis_server.url)
+        store = BatchStore(client)
+        team = "team-" + secrets.token_hex(4)
+        batch = _batch(team)
+        await store.create(batch)
+        assert await store.start(batch, 1, max_lines=10) == 1
+        assert await store.claim(batch, "a", lease_s=30, max_inflight=None) == (CLAIMED, 0)
+        answer = {"ok": True, "value": b"o{}", "input_tokens": 1, "output_tokens": 2}
+        assert await store.done(batch, 0, "a", **answer)  # type: ignore[arg-type]
+        await store.stop(team, batch.id, "expiring")  # the window ends before finalizing looked
+        assert await store.finalizing(team, batch.id) == "completed"
+        await client.aclose()
+
+    asyncio.run(run())

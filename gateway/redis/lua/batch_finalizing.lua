@@ -30,7 +30,10 @@ end
 local ending = 'completed'
 if status == 'cancelling' then
   ending = 'cancelled'
-elseif redis.call('HEXISTS', KEYS[1], 'expiring') == 1 then
+elseif redis.call('HEXISTS', KEYS[1], 'expiring') == 1
+  and redis.call('HLEN', KEYS[7]) < tonumber(redis.call('HGET', KEYS[1], 'total') or '0') then
+  -- Past its window with lines never run; a batch whose every line was answered by then (the
+  -- window's end raced its last answer) completed.
   ending = 'expired'
 end
 redis.call('HSET', KEYS[1], 'status', 'finalizing', 'finalizing_at', ARGV[1], 'ending', ending)
