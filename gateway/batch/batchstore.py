@@ -40,6 +40,7 @@ class BatchStore(RedisStore):
         self._release = load_script(redis, "batch_release")
         self._stop = load_script(redis, "batch_stop")
         self._finalizing = load_script(redis, "batch_finalizing")
+        self._fail = load_script(redis, "batch_fail")
 
     # -- records ------------------------------------------------------------------------------
 
@@ -150,18 +151,13 @@ class BatchStore(RedisStore):
         )
 
     async def fail(self, batch: Batch, errors: Sequence[dict[str, Any]]) -> None:
-        record = keys.batch_record(batch.team, batch.id)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(
-                record,
-                mapping={
-                    "status": "failed",
-                    "failed_at": int(time.time()),
-                    "errors": orjson.dumps(list(errors)),
-                },
-            )
-            pipe.srem(keys.BATCHES_ACTIVE, f"{batch.team}/{batch.id}")
-            await pipe.execute()
+        """The batch failed its validation, unless a cancel came first (that batch ends cancelled)."""
+        failed = await self._fail(
+            keys=[keys.batch_record(batch.team, batch.id)],
+            args=[int(time.time()), orjson.dumps(list(errors))],
+        )
+        if failed:
+            await self.redis.srem(keys.BATCHES_ACTIVE, f"{batch.team}/{batch.id}")
 
     # -- lines ----------------------------------------------------------------------------------
 

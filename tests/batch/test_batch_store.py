@@ -136,3 +136,23 @@ def test_a_batch_whose_every_line_was_answered_when_its_window_ended_completed(
         await client.aclose()
 
     asyncio.run(run())
+
+
+def test_a_batch_cancelled_while_validating_stays_cancelled_when_its_validation_fails(
+    redis_server: RedisServer,
+) -> None:
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(redis_server.url)
+        store = BatchStore(client)
+        team = "team-" + secrets.token_hex(4)
+        batch = _batch(team)
+        await store.create(batch)
+        await store.stop(team, batch.id, "cancelling")
+        await store.fail(batch, [{"code": "invalid_json", "message": "x", "param": None, "line": 1}])
+        got = await store.get(team, batch.id)
+        assert got is not None
+        assert got.status == "cancelling"
+        assert await store.finalizing(team, batch.id) == "cancelled"
+        await client.aclose()
+
+    asyncio.run(run())
