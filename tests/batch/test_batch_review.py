@@ -232,3 +232,22 @@ def test_a_replica_that_takes_back_its_own_lapsed_lease_runs_the_line_once(
         done = wait_for_batch(client, batch.id)
         assert (done.status, done.request_counts.completed) == ("completed", 1)
         assert worker.requests == 1
+
+
+def test_an_uploads_filename_is_kept_as_a_name_not_a_path(batch_gateway: Gateway) -> None:
+    client = batch_gateway.client(batch_gateway.new_key()["key"])
+    for raw, shown in (
+        ("../../etc/in.jsonl", "in.jsonl"),
+        ("C:\\data\\in.jsonl", "in.jsonl"),
+        ("in\x00\x1b[31m.jsonl", "in[31m.jsonl"),
+        ("..", "upload.jsonl"),
+    ):
+        body = _part("purpose", b"batch") + _part("file", _LINES, raw) + b"--XX--\r\n"
+        reply = post(
+            f"{batch_gateway.url}/v1/files",
+            body,
+            key=client.api_key,
+            headers={"content-type": "multipart/form-data; boundary=XX"},
+        )
+        assert reply.status == 200, reply.body
+        assert reply.json()["filename"] == shown

@@ -115,13 +115,22 @@ async def _read_upload(
                 team_id=team_id,
                 size=size,
                 created_at=now,
-                filename=(filename or "upload.jsonl")[:_MAX_FILENAME],
+                filename=_shown_filename(filename),
                 purpose="",
                 expires_at=now + int(retention_s),
             )
         else:
             await reader.text()  # expires_after[...] and the like: bounded, not kept
     return purpose, stored
+
+
+def _shown_filename(raw: str | None) -> str:
+    """The client's filename as a name, not a path: its last component, without control
+    characters (a NUL, a terminal escape), bounded. It is only ever shown; objects are named by
+    the gateway."""
+    name = (raw or "").replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(c for c in name if c.isprintable())[:_MAX_FILENAME]
+    return name if name not in ("", ".", "..") else "upload.jsonl"
 
 
 async def list_files(request: Request) -> Response:
