@@ -68,6 +68,14 @@ def _create(client: openai.OpenAI, lines: int) -> Any:
     )
 
 
+def _create_from(client: openai.OpenAI, content: bytes) -> str:
+    file_id = upload(client, content)
+    batch = client.batches.create(
+        input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    return batch.id
+
+
 def _lost(gw: Gateway) -> float:
     """Lines whose answer this replica had to drop: their lease was another replica's."""
     with urllib.request.urlopen(f"{gw.url}/metrics", timeout=5) as reply:  # noqa: S310
@@ -251,3 +259,14 @@ def test_an_uploads_filename_is_kept_as_a_name_not_a_path(batch_gateway: Gateway
         )
         assert reply.status == 200, reply.body
         assert reply.json()["filename"] == shown
+
+
+def test_a_batch_whose_model_name_is_huge_fails_validation(batch_gateway: Gateway) -> None:
+    """The batch's model (its lines' `body.model`) is kept in its record and shown in every
+    retrieve and listing: a 1 MB name would make each list page of 100 batches 100 MB."""
+    client = batch_gateway.client(batch_gateway.new_key()["key"])
+    done = wait_for_batch(client, _create_from(client, chat_lines(2, model="m" * 100_000)))
+    assert done.status == "failed"
+    assert done.errors is not None
+    assert [(e.line, e.param) for e in done.errors.data or []] == [(1, "body.model"), (2, "body.model")]
+    assert len(done.model or "") < 1000
