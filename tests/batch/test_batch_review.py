@@ -76,14 +76,15 @@ def _create_from(client: openai.OpenAI, content: bytes) -> str:
     return batch.id
 
 
-def _lost(gw: Gateway) -> float:
-    """Lines whose answer this replica had to drop: their lease was another replica's."""
+def _outcome(gw: Gateway, outcome: str) -> float:
+    """Lines this replica ended so (`lost`: its lease was another replica's; `error`: Redis or the
+    file store failed)."""
     with urllib.request.urlopen(f"{gw.url}/metrics", timeout=5) as reply:  # noqa: S310
         text = reply.read().decode()
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith("sluicegate_batch_lines_total{") and 'outcome="lost"' in line
+        if line.startswith("sluicegate_batch_lines_total{") and f'outcome="{outcome}"' in line
     )
 
 
@@ -107,7 +108,7 @@ def test_a_late_answer_after_the_lease_went_elsewhere_is_not_billed(
         # Another replica took the line over (its lease had lapsed), and holds it now.
         redis_client.hset(owners, "0", "another-replica")
         worker.gate.set()
-        wait_until(lambda: _lost(gw) >= 1, 30, "the late answer refused")
+        wait_until(lambda: _outcome(gw, "lost") >= 1, 30, "the late answer refused")
         # That replica died in turn: its lease lapses, and this one runs the line again.
         redis_client.zadd(leases, {"0": 0})
         done = wait_for_batch(client, batch.id)
@@ -270,3 +271,32 @@ def test_a_batch_whose_model_name_is_huge_fails_validation(batch_gateway: Gatewa
     assert done.errors is not None
     assert [(e.line, e.param) for e in done.errors.data or []] == [(1, "body.model"), (2, "body.model")]
     assert len(done.model or "") < 1000
+
+
+def test_an_answer_redis_failed_to_write_is_not_billed(
+    make_gateway: GatewayFactory, files_dir: Path, redis_client: redis.Redis
+) -> None:
+    """Redis fails the write of a line's answer: the line runs again once the lease lapses, and
+    that run is billed. The answer that was not written must not be billed too."""
+    with gated_gateway(make_gateway, files_dir) as (gw, worker):
+        key = gw.new_key()
+        team = key["team"]
+        client = gw.client(key["key"])
+        batch = _create(client, 1)
+        assert worker.arrived.wait(30)
+        _, leases, _, results, _ = keys.batch_lines(team, batch.id)
+        redis_client.set(results, b"not a hash")  # the answer's write fails (WRONGTYPE)
+        worker.gate.set()
+        # The failed write is a failure of the line's run (given back to retry, or its lease left
+        # to lapse): either way it runs again.
+        wait_until(lambda: _outcome(gw, "retried") + _outcome(gw, "error") >= 1, 30, "the write failed")
+        redis_client.delete(results)
+        redis_client.zadd(leases, {"0": 0})  # its lease lapses: the line runs again
+        done = wait_for_batch(client, batch.id)
+        assert (done.status, done.request_counts.completed) == ("completed", 1)
+        client.chat.completions.create(model=FAKE_MODEL, messages=[{"role": "user", "content": "hello 0"}])
+        wait_until(lambda: any(r["api"] == "chat" for r in gw.usage(team)), 10, "the chat row")
+        rows = gw.usage(team)
+        chat = next(r for r in rows if r["api"] == "chat")
+        billed = sum(r["prompt_tokens"] + r["completion_tokens"] for r in rows if r["api"] == "batch")
+        assert billed == chat["prompt_tokens"] + chat["completion_tokens"]
