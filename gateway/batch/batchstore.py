@@ -25,7 +25,7 @@ from gateway.batch.validation import SPAN_SIZE, span_of
 from gateway.redis import keys
 from gateway.redis.client import RedisClient
 from gateway.redis.scripts import load_script
-from gateway.redis.store import RedisStore
+from gateway.redis.store import FAILURES, RedisStore
 
 CLAIMED, NOTHING, TEAM_FULL, NOT_RUNNING = 1, 0, -1, -2
 
@@ -286,7 +286,10 @@ class BatchStore(RedisStore):
         results = keys.batch_lines(team, batch_id)[3]
         cursor = 0
         while True:
-            page: Any = await self.redis.hscan(results, cursor, count=500)
+            try:  # a generator: the store's mapping of Redis failures is not around it, so here
+                page: Any = await self.redis.hscan(results, cursor, count=500)
+            except FAILURES as exc:
+                raise self.unavailable("BatchStore.results", exc, None) from None
             cursor, found = page
             for line, value in found.items():
                 yield int(line), value

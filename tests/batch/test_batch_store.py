@@ -8,10 +8,13 @@ import asyncio
 import secrets
 import time
 
+import pytest
 import redis.asyncio
 
 from gateway.batch.batchstore import CLAIMED, NOTHING, TEAM_FULL, BatchStore
 from gateway.batch.records import Batch
+from gateway.errors import StoreUnavailable
+from gateway.redis import keys
 from tests.batch.conftest import chat_lines, upload, wait_for_batch
 from tests.conftest import Gateway
 from tests.redis_cluster import RedisServer
@@ -153,6 +156,24 @@ def test_a_batch_cancelled_while_validating_stays_cancelled_when_its_validation_
         assert got is not None
         assert got.status == "cancelling"
         assert await store.finalizing(team, batch.id) == "cancelled"
+        await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_redis_failure_reading_the_answers_is_the_stores_error(redis_server: RedisServer) -> None:
+    """Every store method raises StoreUnavailable, never a redis-py error: the answers' reader (a
+    generator, which the store's wrapping does not cover) too."""
+
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(redis_server.url)
+        store = BatchStore(client)
+        team = "team-" + secrets.token_hex(4)
+        batch = _batch(team)
+        await client.set(keys.batch_lines(team, batch.id)[3], b"not a hash")
+        with pytest.raises(StoreUnavailable):
+            async for _ in store.results(team, batch.id):
+                pass
         await client.aclose()
 
     asyncio.run(run())
