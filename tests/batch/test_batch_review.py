@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -300,3 +301,23 @@ def test_an_answer_redis_failed_to_write_is_not_billed(
         chat = next(r for r in rows if r["api"] == "chat")
         billed = sum(r["prompt_tokens"] + r["completion_tokens"] for r in rows if r["api"] == "batch")
         assert billed == chat["prompt_tokens"] + chat["completion_tokens"]
+
+
+def test_a_lines_body_has_the_bounds_of_an_interactive_body(
+    make_gateway: GatewayFactory, files_dir: Path
+) -> None:
+    """A line is parsed as a client's request is: a messages list past SLUICEGATE_MAX_MESSAGES is
+    refused for it as for an interactive request (the line fails, the batch does not)."""
+    with make_gateway(files_url=f"file://{files_dir}", batch_poll_interval_s=0.05, max_messages=4) as gw:
+        client = gw.client(gw.new_key()["key"])
+        messages = [{"role": "user", "content": "hi"}] * 5
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(model=FAKE_MODEL, messages=messages)  # type: ignore[arg-type]
+        line = {"custom_id": "big", "method": "POST", "url": "/v1/chat/completions"}
+        content = json.dumps({**line, "body": {"model": FAKE_MODEL, "messages": messages}}).encode() + b"\n"
+        done = wait_for_batch(client, _create_from(client, content + chat_lines(1)))
+        assert done.status == "completed"
+        assert (done.request_counts.completed, done.request_counts.failed) == (1, 1)
+        assert done.error_file_id is not None
+        [error] = jsonl(client.files.content(done.error_file_id).text)
+        assert (error["custom_id"], error["response"]["status_code"]) == ("big", 400)
