@@ -116,6 +116,9 @@ class Validator:
             return  # blank lines (a trailing newline, \r\n endings) are not requests
         if self.total >= MAX_BATCH_LINES + 1:
             return  # counted past the limit: finish() says so once
+        if len(raw) > MAX_LINE_BYTES:  # its end came in the chunk that took it past the bound
+            self._error("line_too_long", f"A line may hold at most {MAX_LINE_BYTES} bytes.", line)
+            return
         why = self._check(raw)
         if why is not None:
             code, message, param = why

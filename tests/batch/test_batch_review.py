@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from gateway.apis.batch.upload import MultipartReader, body_chunks
+from gateway.batch.validation import Validator
 from gateway.errors import GatewayError
 from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
 from gateway.redis import keys
@@ -321,3 +322,25 @@ def test_a_lines_body_has_the_bounds_of_an_interactive_body(
         assert done.error_file_id is not None
         [error] = jsonl(client.files.content(done.error_file_id).text)
         assert (error["custom_id"], error["response"]["status_code"]) == ("big", 400)
+
+
+def test_a_line_too_long_is_refused_whatever_chunk_its_end_arrives_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A long line whose newline arrives in the chunk that takes it past the bound (the file store
+    reads 1 MiB chunks: a 16.5 MiB line ends so) was parsed and kept as a request."""
+    monkeypatch.setattr("gateway.batch.validation.MAX_LINE_BYTES", 100)
+    long = json.dumps(
+        {
+            "custom_id": "a",
+            "method": "POST",
+            "url": "/v1/embeddings",
+            "body": {"model": "m", "input": "x" * 90},
+        }
+    ).encode()
+    validator = Validator("/v1/embeddings")
+    validator.feed(long[:60])
+    validator.feed(long[60:] + b"\n")
+    validator.finish()
+    assert [(e["line"], e["code"]) for e in validator.errors] == [(1, "line_too_long")]
+    assert validator.total == 0
