@@ -18,12 +18,12 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import orjson
-from redis.typing import EncodableT
 
 from gateway.batch.records import Batch
 from gateway.batch.validation import SPAN_SIZE, span_of
 from gateway.redis import keys
 from gateway.redis.client import RedisClient
+from gateway.redis.keys import EncodableT
 from gateway.redis.scripts import load_script
 from gateway.redis.store import FAILURES, RedisStore
 
