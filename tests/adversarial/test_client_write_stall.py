@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from types import SimpleNamespace
 from typing import Any, cast
 
 from gateway.proxy.settlement import Outcome, Settlement
@@ -58,6 +59,7 @@ class _Billed:
     def __init__(self, outcome: Outcome) -> None:
         self.outcome = outcome
         self.estimated_prompt = 0
+        self.ctx = SimpleNamespace(unbilled=False)  # a request of its own, not a batch line's rerun
 
 
 def test_a_stalled_client_is_billed_the_workers_last_cumulative_count() -> None:

@@ -79,7 +79,18 @@ def paced_worker() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def stack(redis_server: EmbeddedRedis, paced_worker: str, session_log: SessionLog) -> Iterator[Stack]:
+def own_redis() -> Iterator[EmbeddedRedis]:
+    """A Redis of the budget's own: the session's holds what earlier tests left (a pool's
+    fair-share heartbeats of teams that waited there moments ago), which would make this
+    gateway's pool contended and its requests charge fair share, a count that depends on which
+    tests ran just before and how long they took."""
+    with EmbeddedRedis() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def stack(own_redis: EmbeddedRedis, paced_worker: str, session_log: SessionLog) -> Iterator[Stack]:
+    redis_server = own_redis
     admin_token = "adm-" + secrets.token_urlsafe(32)
     session_log.secrets.append(admin_token)
     sock = listening_socket()
