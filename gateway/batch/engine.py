@@ -60,15 +60,18 @@ def interactive_limits(limits: LimitSet) -> LimitSet:
     )
 
 
-def idle_for_batch(route: ModelRoute, mine: int) -> bool:
+def idle_for_batch(route: ModelRoute, mine: int, starting: int = 0) -> bool:
     """Whether a line of this model may start now, with `mine` of its lines running on this
-    replica (the rules in the module's docstring)."""
+    replica (the rules in the module's docstring). `starting` lines were just started and may not
+    hold their slot yet: they count as in flight, or one wake would start lines up to the share
+    beside whatever interactive requests hold (counted twice once routed, which errs on the side
+    of the interactive requests until the next look)."""
     for pool in route.pools:
         usable = [e for e in pool.endpoints if e.usable]
         if not usable or pool.queue:
             continue
         share = pool.model.routing.batch_share * len(usable) * pool.max_inflight
-        inflight = sum(e.inflight for e in pool.endpoints)
+        inflight = sum(e.inflight for e in pool.endpoints) + starting
         if inflight >= share or mine >= share:
             continue
         if any(e.waiting > 0 for e in usable):
@@ -216,8 +219,8 @@ class BatchEngine:
         route = self._router.resolve(model)
         return route.pools[0].name if route is not None and route.pools else "none"
 
-    def idle(self, route: ModelRoute) -> bool:
-        return idle_for_batch(route, self._per_model[route.model.name])
+    def idle(self, route: ModelRoute, starting: int = 0) -> bool:
+        return idle_for_batch(route, self._per_model[route.model.name], starting)
 
     async def _principal(self, batch: Batch) -> tuple[Principal | None, int | None]:
         """The batch's key as a line's caller (None: revoked, expired, or its team gone), with
@@ -239,7 +242,8 @@ class BatchEngine:
         if route is not None and not self.idle(route):
             return  # no capacity to give: no key lookup either
         principal, max_inflight = await self._principal(batch)
-        while principal is None or route is None or self.idle(route):
+        starting = 0
+        while principal is None or route is None or self.idle(route, starting):
             code, line = await self._store.claim(
                 batch, self.token, lease_s=self._lease_s, max_inflight=max_inflight
             )
@@ -248,6 +252,7 @@ class BatchEngine:
             key = (batch.team, batch.id, line)
             self._per_model[batch.model] += 1
             self.started_lines += 1
+            starting += 1
             self._lines[key] = asyncio.ensure_future(self._line(batch, line, principal, route))
 
     async def _line(
