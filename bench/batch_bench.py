@@ -4,30 +4,34 @@ One pool of ENGINES fake engines with SLOTS fixed slots each (bench/harness/slot
 priority queue without its arithmetic) behind a real gateway (`python -m gateway serve`, its own
 Redis, a file store in a temporary directory, the model marked `engine_priority: true`, the
 gateway's `max_inflight_per_endpoint` equal to the engine's slots, `batch_share` BATCH_SHARE).
-Per interactive load (a share of the pool's capacity, paced as a Poisson process of streams):
+Interactive streams are paced as a Poisson process at `--load` of the pool's capacity; two phases,
+each first alone and then beside a BATCH_LINES-line batch (the OpenAI SDK's files.create,
+batches.create, batches.retrieve, batches.cancel against the gateway):
 
-  alone        interactive streams only: TTFT p50 and p99
-  with batch   the same load beside a BATCH_LINES-line batch (the OpenAI SDK's files.create and
-               batches.create against the gateway), paced until the batch ends (or, past the
-               headroom, for the phase's duration, then the batch is cancelled): TTFT p50 and
-               p99, the batch's lines per second, and the share of idle slot-time it used, from
-               each engine's /stats (slot-seconds by priority class) taken as the batch starts and
-               as it ends:
-                 of its allowance  batch slot-s / (batch_share x slots x T - interactive slot-s):
-                                   what the engine's rule lets it take (target: at least 80 %)
-                 of all idle       batch slot-s / (slots x T - interactive slot-s)
+  within the headroom  the paced load, beside the batch until it ends (measured from its
+                       in_progress to its end: validation and finalize are gateway CPU, not slots)
+  past the headroom    the paced load plus BURST streams at once every BURST_EVERY_S (more than
+                       the slots batches leave, fewer than the pool's), beside the batch for the
+                       phase's duration, then the batch is cancelled
+
+Each prints TTFT p50, p99 and max; the streams that waited for a slot in the gateway's queue (its
+sluicegate_queue_wait_seconds histogram); the batch's lines per second and the share of idle
+slot-time it used, from each engine's /stats (slot-seconds by priority class) taken as the batch
+starts and as it ends:
+  of its allowance  batch slot-s / (batch_share x slots x T - interactive slot-s): what the
+                    engine's rule lets it take (target: at least 80 %)
+  of all idle       batch slot-s / (slots x T - interactive slot-s)
 
 The headroom is what `batch_share` leaves to interactive requests: batch lines start only while
 the pool's requests in flight are below batch_share x slots, so interactive arrivals find the
-other (1 - batch_share) x slots free. A load whose streams in flight pass that finds slots that
-started lines hold; a running line is never stopped, so the extra wait it causes is at most one
-line's time in a slot (LINE_S). The past-headroom phases measure that extra wait: TTFT beside the
-batch minus TTFT alone, at p50, p99 and the worst.
+other (1 - batch_share) x slots free. A burst past that finds slots that started lines hold; a
+running line is never stopped, so a stream's wait for such a slot is at most one line's time in it
+(LINE_S): the queue waits beside the batch show it.
 
 Targets (issue 45): the batch uses at least 80 % of its idle capacity; within the headroom,
 interactive TTFT p50 and p99 stay within 10 % of the run without the batch.
 
-    .venv/bin/python bench/batch_bench.py                 # ~4 minutes
+    .venv/bin/python bench/batch_bench.py                 # ~5 minutes
     .venv/bin/python bench/batch_bench.py --quick         # a 2,000-line batch, short phases
 """
 
