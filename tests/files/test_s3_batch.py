@@ -118,9 +118,11 @@ def test_retention_takes_a_batchs_records_and_its_objects_together(
         try:
             stored = [item async for item in storage.list("")]
             assert len(stored) == 3
-            # Nothing goes while any of its records lives; everything goes once they are all gone.
-            first_record_gone = min(records.values())
-            early = await sweep(storage, first_record_gone - 1, RETENTION_S, metrics)
+            # Nothing goes before the retention; past it everything goes, and by then every record
+            # has expired too.
+            early = await sweep(
+                storage, min(item.modified_at for item in stored) + RETENTION_S - 1, RETENTION_S, metrics
+            )
             late = max(item.modified_at for item in stored) + RETENTION_S + 1
             assert late >= max(records.values())
             gone = await sweep(storage, late, RETENTION_S, metrics)
