@@ -111,6 +111,10 @@ class BatchEngine:
         self._steps: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._lines: dict[tuple[str, str, int], asyncio.Task[None]] = {}
         self._per_model: Counter[str] = Counter()
+        # Lines started in this look (any batch), per model, that may not hold their slot yet
+        # (idle_for_batch). A look that comes while a line of the last one is still on its way to
+        # its slot (a step ending then) can start one line too many; the next line's end corrects.
+        self._starting: Counter[str] = Counter()
         self._turn = 0
         self.started_lines = 0  # for tests and the log: lines this replica started
 
@@ -165,6 +169,7 @@ class BatchEngine:
 
     async def _tick(self) -> None:
         queued: Counter[tuple[str, str]] = Counter()
+        self._starting.clear()
         active = await self._store.active()
         # Each tick starts from the next batch: free slots go round the batches, not to the first.
         self._turn = (self._turn + 1) % max(1, len(active))
@@ -219,8 +224,9 @@ class BatchEngine:
         route = self._router.resolve(model)
         return route.pools[0].name if route is not None and route.pools else "none"
 
-    def idle(self, route: ModelRoute, starting: int = 0) -> bool:
-        return idle_for_batch(route, self._per_model[route.model.name], starting)
+    def idle(self, route: ModelRoute) -> bool:
+        name = route.model.name
+        return idle_for_batch(route, self._per_model[name], self._starting[name])
 
     async def _principal(self, batch: Batch) -> tuple[Principal | None, int | None]:
         """The batch's key as a line's caller (None: revoked, expired, or its team gone), with
@@ -242,8 +248,7 @@ class BatchEngine:
         if route is not None and not self.idle(route):
             return  # no capacity to give: no key lookup either
         principal, max_inflight = await self._principal(batch)
-        starting = 0
-        while principal is None or route is None or self.idle(route, starting):
+        while principal is None or route is None or self.idle(route):
             code, line = await self._store.claim(
                 batch, self.token, lease_s=self._lease_s, max_inflight=max_inflight
             )
@@ -252,7 +257,7 @@ class BatchEngine:
             key = (batch.team, batch.id, line)
             self._per_model[batch.model] += 1
             self.started_lines += 1
-            starting += 1
+            self._starting[batch.model] += 1
             self._lines[key] = asyncio.ensure_future(self._line(batch, line, principal, route))
 
     async def _line(
