@@ -52,6 +52,7 @@ from pathlib import Path
 
 import aiohttp
 import openai
+from harness.cpu import cpu_seconds
 from harness.procs import Children, gateway_stack, guarded, start_announcing
 
 ENGINES = 2
@@ -311,6 +312,11 @@ async def with_batch(
     return out, run
 
 
+def gateway_cpu(pid: int, since: tuple[float, float]) -> float:
+    """The gateway's CPU seconds per second since `since` (its CPU seconds, a monotonic time)."""
+    return (cpu_seconds(pid) - since[0]) / max(1e-9, time.monotonic() - since[1])
+
+
 def within(beside: float, alone: float) -> str:
     change = beside / alone - 1
     return f"{change:+.1%} ({'ok' if change <= 0.10 else 'OVER the 10 % target'})"
@@ -353,15 +359,20 @@ def run(args: argparse.Namespace, children: Children) -> None:
                 name += f" + bursts of {BURST} every {BURST_EVERY_S:.0f} s (past the headroom)"
             alone_burst = Interactive() if past else None
             before = queue_waits(stack.base)
+            cpu = (cpu_seconds(stack.gateway_pid), time.monotonic())
             alone = asyncio.run(
                 paced(stack.base, stack.api_key, rate, args.duration, seed=1, burst=alone_burst)
             )
             between = queue_waits(stack.base)
+            alone_cpu = gateway_cpu(stack.gateway_pid, cpu)
             print(f"{name} alone:      {alone.line()}", flush=True)
             if alone_burst is not None:
                 print(f"  bursts: {alone_burst.line()}", flush=True)
             streams = len(alone.ttft_s) + len(alone_burst.ttft_s if alone_burst else [])
-            print(f"  {waits_line(before, between, streams)}", flush=True)
+            print(
+                f"  {waits_line(before, between, streams)}; gateway CPU {alone_cpu:.0%} of a core", flush=True
+            )
+            cpu = (cpu_seconds(stack.gateway_pid), time.monotonic())
             beside_burst = Interactive() if past else None
             beside, batch = asyncio.run(
                 with_batch(
@@ -379,7 +390,9 @@ def run(args: argparse.Namespace, children: Children) -> None:
             if beside_burst is not None:
                 print(f"  bursts: {beside_burst.line()}", flush=True)
             streams = len(beside.ttft_s) + len(beside_burst.ttft_s if beside_burst else [])
-            print(f"  {waits_line(between, queue_waits(stack.base), streams)}", flush=True)
+            beside_cpu = gateway_cpu(stack.gateway_pid, cpu)  # validation and finalize included
+            waits = waits_line(between, queue_waits(stack.base), streams)
+            print(f"  {waits}; gateway CPU {beside_cpu:.0%} of a core", flush=True)
             print(f"  {batch.line()}", flush=True)
             if not past:
                 print(
