@@ -51,8 +51,9 @@ sys.path.insert(0, str(ROOT))
 from harness.redis_stats import split  # noqa: E402  # bench/ is this script's directory
 
 from gateway.dev.embedded_redis import EmbeddedRedis  # noqa: E402
-from gateway.limits.admission import Limit, LimitKind, RateLimiter, Reservation  # noqa: E402
+from gateway.limits.admission import Limit, LimitKind, Reservation  # noqa: E402
 from gateway.limits.limit_store import LimitStore  # noqa: E402
+from gateway.limits.limiter import RateLimiter  # noqa: E402
 from gateway.metering.meter import Meter  # noqa: E402
 from gateway.metering.record import UsageRecord  # noqa: E402
 from gateway.metering.usage_store import UsageStore  # noqa: E402

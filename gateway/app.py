@@ -2,25 +2,21 @@
 
 Middleware order (outermost first): Starlette's ServerErrorMiddleware (a bug becomes a 500
 envelope), RequestContextMiddleware (request id, access log, request metrics), then the router
-with its exception handlers that map every GatewayError to its status and envelope once.
+with its exception handlers that map every GatewayError to its status and envelope once
+(gateway/edge/handlers.py). The operator's endpoints are gateway/edge/probes.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
-import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway import __version__
@@ -43,19 +39,19 @@ from gateway.console.routes import console_mount
 from gateway.console.session import Sessions
 from gateway.discovery.kubernetes import start_discovery
 from gateway.drain import Drain
-from gateway.edge import openapi, planes, unknown_routes
+from gateway.edge import handlers, openapi, planes, probes
 from gateway.edge.home import home_route
 from gateway.edge.key_info import KeyInfoDeps, key_info
 from gateway.edge.middleware import RequestContextMiddleware
-from gateway.errors import ErrorCode, GatewayError, StoreUnavailable, from_http_status
+from gateway.errors import GatewayError
 from gateway.http.networks import trusted_networks
 from gateway.identity.binding_store import BindingStore
 from gateway.identity.directory import SCIM_TOMBSTONE_TTL_S, Directory
-from gateway.keys.auth import Authenticator, bearer_token
+from gateway.keys.auth import Authenticator
 from gateway.keys.credentials import secret_headers
 from gateway.keys.store import KeyStore
-from gateway.limits.admission import RateLimiter
 from gateway.limits.limit_store import LimitStore
+from gateway.limits.limiter import RateLimiter
 from gateway.limits.peek import LimitReader
 from gateway.metering.budget_gauge import BudgetGauge
 from gateway.metering.budget_store import BudgetStore
@@ -87,55 +83,9 @@ from gateway.routing.stored_responses import StoredResponses
 from gateway.routing.vtc_store import FairShareStore
 from gateway.scim.routes import scim_mount
 from gateway.scim.store import ScimStore
-from gateway.state import AppState, app_state
+from gateway.state import AppState
 from gateway.stores import Stores
 from gateway.worker.client import WorkerClient
-
-log = logging.getLogger("sluicegate.app")
-
-
-async def _gateway_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, GatewayError)
-    ctx = request.scope.get("state", {}).get("ctx")
-    if ctx is not None:
-        ctx.answered_with(exc)  # the access log says why
-    return exc.response()
-
-
-def _http_error(apis: tuple[ClientApi, ...]) -> Callable[[Request, Exception], Awaitable[Response]]:
-    families = tuple(api.unknown_routes for api in apis if api.unknown_routes is not None)
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        if exc.status_code in (404, 405):  # no such route, or not this method: in the caller's family
-            return unknown_routes.answer(request, exc.status_code, exc.headers, families)
-        return from_http_status(exc.status_code, str(exc.detail)).response(exc.headers)
-
-    return http_error
-
-
-async def _unexpected_error(request: Request, exc: Exception) -> Response:
-    ctx = request.scope.get("state", {}).get("ctx")
-    log.error(
-        "unhandled error request_id=%s error=%s",
-        getattr(ctx, "request_id", "-"),
-        type(exc).__name__,
-        exc_info=exc,
-    )
-    return GatewayError(ErrorCode.INTERNAL_ERROR, "Internal error in the gateway.").response()
-
-
-def _endpoints_check(router: Router, settings: Settings) -> str:
-    """Ready when some model has a healthy endpoint, or when pools come from discovery: an empty
-    discovered pool is the cluster's state (workers scaled to zero, still starting), and a gateway
-    taken out of its Service for it would answer nobody, not even the 503 that tells a client to
-    retry, nor queue the requests an autoscaler scales the workers up on. Only a gateway whose
-    static endpoints are all down or ejected is not ready: another replica may still reach them."""
-    if router.has_healthy_endpoint():
-        return "ok"
-    if router.has_discovered_pools() or settings.kubernetes_autodiscovery:
-        return "ok"
-    return "no healthy endpoint"
 
 
 def create_app(
@@ -179,7 +129,9 @@ def create_app(
         workers = WorkerClient()  # every call to a worker: the requests', probes, scrapes
         # app.py holds the client only to build the stores (one per concern, docs/architecture.md)
         # and close it: everything else reaches Redis through them.
-        keystore = KeyStore(redis)
+        # A failed call opens it for one Redis timeout: then one request probes again.
+        breaker = RedisBreaker(cool_down_s=settings.redis_timeout_s)
+        keystore = KeyStore(redis, breaker=breaker)  # the breaker: its look-ups on the request path
         stored = StoredResponses(
             stores.holders or HolderStore(redis, timeout_s=settings.redis_timeout_s),
             ttl_s=settings.stored_response_ttl_s,
@@ -187,13 +139,10 @@ def create_app(
         meter = Meter(stores.usage or UsageStore(redis, timeout_s=settings.redis_timeout_s), metrics)
         spool = Spool(settings.spool_path)
         meter.start(spool)
-        # A failed call opens it for one Redis timeout: then one request probes again.
-        breaker = RedisBreaker(cool_down_s=settings.redis_timeout_s)
         upstream = Upstream(workers, router, metrics)
         overflow.attach(workers)
         auth = Authenticator(
             keystore,
-            breaker,
             cache_ttl_s=settings.key_cache_ttl_s,
             timeout_s=settings.redis_timeout_s,
             credentials=credentials,
@@ -361,36 +310,6 @@ def create_app(
             if tracing is not None:
                 await asyncio.to_thread(tracing.shutdown)  # flushes: blocking, so off the loop
 
-    async def metrics_endpoint(request: Request) -> Response:
-        # Team names and worker URLs are there: with SLUICEGATE_METRICS_TOKEN set, only for the
-        # scraper that sends it (the chart's ServiceMonitor). Digests: constant time, any length.
-        if settings.metrics_token is not None:
-            given = hashlib.sha256((bearer_token(request.headers) or "").encode()).digest()
-            if not hmac.compare_digest(given, hashlib.sha256(settings.metrics_token.encode()).digest()):
-                return GatewayError(
-                    ErrorCode.ADMIN_UNAUTHORIZED,
-                    "/metrics wants `Authorization: Bearer <SLUICEGATE_METRICS_TOKEN>`.",
-                ).response()
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
-
-    async def readyz(request: Request) -> Response:
-        if drain.draining:  # shutting down: out of the Service's endpoints, still serving for now
-            return JSONResponse({"ready": False, "checks": {"shutdown": "draining"}}, status_code=503)
-        checks: dict[str, str] = {}
-        try:
-            async with asyncio.timeout(settings.redis_timeout_s):
-                await app_state(request.scope)["readiness"].ping()
-            checks["redis"] = "ok"
-        except (StoreUnavailable, TimeoutError) as exc:
-            reason = exc.reason if isinstance(exc, StoreUnavailable) else type(exc).__name__
-            checks["redis"] = f"unreachable ({reason})"
-        checks["endpoints"] = _endpoints_check(router, settings)
-        ready = all(v == "ok" for v in checks.values())
-        return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
-
     # With an admin port, the client routes answer on the client listener only and the admin ones
     # on the admin listener only (gateway/edge/planes.py).
     routes = planes.place(
@@ -409,12 +328,12 @@ def create_app(
             scim_mount(),
             # The web admin console under /admin/ui/ (gateway/console/): the same store and rules.
             console_mount(settings),
-            Route("/metrics", metrics_endpoint, methods=["GET"]),
+            Route("/metrics", probes.metrics_endpoint(settings, metrics), methods=["GET"]),
         ],
         both=[
             home_route(settings.admin_port, {name: path for api in apis for name, path in api.home.items()}),
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/readyz", readyz, methods=["GET"]),
+            Route("/healthz", probes.healthz, methods=["GET"]),
+            Route("/readyz", probes.readyz(settings, drain, router), methods=["GET"]),
         ],
         admin_port=settings.admin_port,
     )
@@ -433,9 +352,11 @@ def create_app(
             ),
         ],
         exception_handlers={
-            GatewayError: _gateway_error,
-            HTTPException: _http_error(apis),
-            Exception: _unexpected_error,
+            GatewayError: handlers.gateway_error,
+            HTTPException: handlers.http_error(
+                tuple(api.unknown_routes for api in apis if api.unknown_routes is not None)
+            ),
+            Exception: handlers.unexpected_error,
         },
         lifespan=lifespan,
     )

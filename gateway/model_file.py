@@ -7,19 +7,17 @@ reason.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 
 from gateway.errors import ConfigError
+from gateway.model_fields import boolean, model_name, names, number, require_mapping, upstream_model
 from gateway.model_table import (
     FAIRNESS_MODES,
-    MODEL_NAME_RE,
     NATIVE,
     NATIVE_APIS,
     POLICY_NAMES,
@@ -34,13 +32,10 @@ from gateway.model_table import (
     RoutingConfig,
     Timeouts,
 )
+from gateway.model_targets import TARGET_FIELDS, parse_pools, parse_target
 from gateway.overflow.config import parse_overflow
 from gateway.pricing import Price, parse_price
 from gateway.proxy.engine_ids import ENGINE_ID_FIELDS
-
-# RFC 1123 label (namespaces) and DNS-1035 label (Services, port names): what the API server accepts.
-_K8S_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_PORT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?$")
 
 
 def load_model_table(path: str | Path) -> ModelTable:
@@ -58,7 +53,7 @@ def load_model_table(path: str | Path) -> ModelTable:
 def parse_model_table(document: Any) -> ModelTable:
     if document is None:
         document = {}
-    _require_mapping(document, "config", allowed={"models"})
+    require_mapping(document, "config", allowed={"models"})
     raw_models = document.get("models", [])
     if not isinstance(raw_models, list):
         raise ConfigError("models: expected a list")
@@ -103,38 +98,6 @@ def _prices(models: tuple[ModelConfig, ...]) -> Iterator[tuple[str, Price]]:
             yield f"models[{i}].overflow.providers[{j}]", provider.price
 
 
-def _require_mapping(value: Any, where: str, *, allowed: set[str]) -> None:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a mapping")
-    unknown = sorted(str(key) for key in value if key not in allowed)
-    if unknown:
-        prefix = "" if where == "config" else f"{where}."
-        raise ConfigError(f"{prefix}{unknown[0]}: unknown field (allowed: {', '.join(sorted(allowed))})")
-
-
-def _model_name(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not MODEL_NAME_RE.fullmatch(value):
-        raise ConfigError(
-            f"{where}: expected a model name (letters, digits and ._:/@+-, at most 128 characters)"
-        )
-    return value
-
-
-def _names(raw: Any, where: str) -> tuple[str, ...]:
-    if not isinstance(raw, list):
-        raise ConfigError(f"{where}: expected a list of names")
-    return tuple(_model_name(a, f"{where}[{i}]") for i, a in enumerate(raw))
-
-
-def _upstream_model(raw: Any, where: str) -> str | None:
-    if raw is not None and (not isinstance(raw, str) or not raw.strip()):
-        raise ConfigError(f"{where}: expected a non-empty string")
-    return raw
-
-
-_TARGET_FIELDS = {"endpoints", "discovery"}
-
-
 def parse_model(raw: Any, where: str) -> ModelConfig:
     """One model entry (also used for models found by Kubernetes autodiscovery)."""
     allowed = {
@@ -159,10 +122,10 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         "overflow",
         *_OUTPUT_FIELDS,
     }
-    _require_mapping(raw, where, allowed=allowed | _TARGET_FIELDS)
+    require_mapping(raw, where, allowed=allowed | TARGET_FIELDS)
     if "name" not in raw:
         raise ConfigError(f"{where}.name: required")
-    name = _model_name(raw["name"], f"{where}.name")
+    name = model_name(raw["name"], f"{where}.name")
     given = [k for k in ("endpoints", "discovery", "pools") if k in raw]
     if len(given) != 1:
         raise ConfigError(
@@ -173,25 +136,25 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
     endpoints: tuple[str, ...] = ()
     kubernetes: KubernetesTarget | None = None
     if "pools" in raw:
-        pools = _parse_pools(raw["pools"], f"{where}.pools", name)
+        pools = parse_pools(raw["pools"], f"{where}.pools", name)
     else:
-        endpoints, kubernetes = _parse_target(raw, where)
+        endpoints, kubernetes = parse_target(raw, where)
     return ModelConfig(
         name=name,
         endpoints=endpoints,
-        aliases=_names(raw.get("aliases", []), f"{where}.aliases"),
-        upstream_model=_upstream_model(raw.get("upstream_model"), f"{where}.upstream_model"),
+        aliases=names(raw.get("aliases", []), f"{where}.aliases"),
+        upstream_model=upstream_model(raw.get("upstream_model"), f"{where}.upstream_model"),
         timeouts=_parse_timeouts(raw.get("timeouts", {}), f"{where}.timeouts"),
         kubernetes=kubernetes,
         pools=pools,
-        fallbacks=_names(raw.get("fallbacks", []), f"{where}.fallbacks"),
+        fallbacks=names(raw.get("fallbacks", []), f"{where}.fallbacks"),
         routing=_parse_routing(raw.get("routing", {}), f"{where}.routing"),
         health=_parse_health(raw.get("health", {}), f"{where}.health"),
-        continuous_usage=_bool(raw.get("continuous_usage", True), f"{where}.continuous_usage"),
+        continuous_usage=boolean(raw.get("continuous_usage", True), f"{where}.continuous_usage"),
         protocols=_parse_protocols(raw.get("protocols", {}), f"{where}.protocols"),
-        tokenize=_bool(raw.get("tokenize", False), f"{where}.tokenize"),
+        tokenize=boolean(raw.get("tokenize", False), f"{where}.tokenize"),
         hosted_tools=_hosted_tools(raw.get("hosted_tools", "drop"), f"{where}.hosted_tools"),
-        native_normalise=_bool(raw.get("native_normalise", False), f"{where}.native_normalise"),
+        native_normalise=boolean(raw.get("native_normalise", False), f"{where}.native_normalise"),
         max_output_tokens=_token_count(raw.get("max_output_tokens"), f"{where}.max_output_tokens"),
         context_window=_token_count(raw.get("context_window"), f"{where}.context_window"),
         default_max_tokens=_token_count(raw.get("default_max_tokens"), f"{where}.default_max_tokens"),
@@ -199,7 +162,7 @@ def parse_model(raw: Any, where: str) -> ModelConfig:
         cache_isolation=_cache_isolation(raw.get("cache_isolation", "team"), f"{where}.cache_isolation"),
         engine_fields=_engine_fields(raw.get("engine_fields", []), f"{where}.engine_fields"),
         max_logprobs=_max_logprobs(raw.get("max_logprobs", 5), f"{where}.max_logprobs"),
-        engine_priority=_bool(raw.get("engine_priority", False), f"{where}.engine_priority"),
+        engine_priority=boolean(raw.get("engine_priority", False), f"{where}.engine_priority"),
         overflow=parse_overflow(raw.get("overflow"), f"{where}.overflow"),
     )
 
@@ -213,7 +176,7 @@ _MAX_TOKENS = 2**31 - 1
 def _token_count(value: Any, where: str) -> int | None:
     if value is None:
         return None
-    count: int = _number(value, where, whole=True)
+    count: int = number(value, where, whole=True)
     if count > _MAX_TOKENS:
         raise ConfigError(f"{where}: must be at most {_MAX_TOKENS}")
     return count
@@ -256,114 +219,20 @@ def _hosted_tools(value: Any, where: str) -> str:
 
 
 def _parse_protocols(raw: Any, where: str) -> Protocols:
-    _require_mapping(raw, where, allowed=set(NATIVE_APIS))
+    require_mapping(raw, where, allowed=set(NATIVE_APIS))
     for key, value in raw.items():
         if value not in (TRANSLATE, NATIVE):
             raise ConfigError(f"{where}.{key}: expected {TRANSLATE} or {NATIVE}")
     return Protocols(**raw)
 
 
-def _bool(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}: must be true or false")
-    return value
-
-
-def _parse_target(raw: dict[str, Any], where: str) -> tuple[tuple[str, ...], KubernetesTarget | None]:
-    if "discovery" in raw:
-        return (), _parse_discovery(raw["discovery"], f"{where}.discovery")
-    endpoints_raw = raw.get("endpoints")
-    if not isinstance(endpoints_raw, list) or not endpoints_raw:
-        raise ConfigError(f"{where}.endpoints: expected a non-empty list of {{url: ...}}")
-    endpoints = tuple(_parse_endpoint(e, f"{where}.endpoints[{i}]") for i, e in enumerate(endpoints_raw))
-    if len(set(endpoints)) != len(endpoints):
-        raise ConfigError(f"{where}.endpoints: the same url is listed twice")
-    return endpoints, None
-
-
-def _parse_pools(raw: Any, where: str, model_name: str) -> tuple[PoolConfig, ...]:
-    if not isinstance(raw, list) or not raw:
-        raise ConfigError(f"{where}: expected a non-empty list of pools")
-    pools: list[PoolConfig] = []
-    for i, entry in enumerate(raw):
-        at = f"{where}[{i}]"
-        _require_mapping(entry, at, allowed={"name", "weight", "upstream_model"} | _TARGET_FIELDS)
-        pool_name = entry.get("name")
-        if not isinstance(pool_name, str) or not _K8S_NAME_RE.fullmatch(pool_name):
-            raise ConfigError(f"{at}.name: required, lower-case letters, digits and '-'")
-        weight = _number(entry.get("weight", 1), f"{at}.weight")
-        given = [k for k in _TARGET_FIELDS if k in entry]
-        if len(given) != 1:
-            raise ConfigError(f"{at}.endpoints: give exactly one of endpoints or discovery")
-        endpoints, kubernetes = _parse_target(entry, at)
-        pools.append(
-            PoolConfig(
-                name=f"{model_name}/{pool_name}",
-                weight=weight,
-                endpoints=endpoints,
-                kubernetes=kubernetes,
-                upstream_model=_upstream_model(entry.get("upstream_model"), f"{at}.upstream_model"),
-            )
-        )
-    if len({p.name for p in pools}) != len(pools):
-        raise ConfigError(f"{where}: two pools have the same name")
-    return tuple(pools)
-
-
-def _parse_discovery(raw: Any, where: str) -> KubernetesTarget:
-    _require_mapping(raw, where, allowed={"kubernetes"})
-    k8s = raw.get("kubernetes")
-    at = f"{where}.kubernetes"
-    _require_mapping(k8s, at, allowed={"namespace", "service", "port"})
-    service = k8s.get("service")
-    if not isinstance(service, str) or not _K8S_NAME_RE.fullmatch(service):
-        raise ConfigError(f"{at}.service: required, a Service name")
-    namespace = k8s.get("namespace")
-    if namespace is not None and (not isinstance(namespace, str) or not _K8S_NAME_RE.fullmatch(namespace)):
-        raise ConfigError(f"{at}.namespace: expected a namespace name")
-    port = k8s.get("port", "http")
-    if isinstance(port, bool) or not (
-        (isinstance(port, int) and 0 < port < 65536)
-        or (isinstance(port, str) and _PORT_NAME_RE.fullmatch(port))
-    ):
-        raise ConfigError(f"{at}.port: expected a port name or number")
-    return KubernetesTarget(service=service, namespace=namespace, port=port)
-
-
-def _parse_endpoint(raw: Any, where: str) -> str:
-    _require_mapping(raw, where, allowed={"url"})
-    url = raw.get("url")
-    if not isinstance(url, str):
-        raise ConfigError(f"{where}.url: required, an http:// or https:// URL")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{where}.url: expected an http:// or https:// URL, got {url!r}")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ConfigError(f"{where}.url: give the worker's base URL only (no path), got {url!r}")
-    try:
-        parts.port  # noqa: B018 -- urlsplit validates the port lazily
-    except ValueError:
-        raise ConfigError(f"{where}.url: bad port in {url!r}") from None
-    return url.rstrip("/")
-
-
-def _number(value: Any, where: str, *, whole: bool = False) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{where}: expected a number")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{where}: must be a positive number")
-    if whole and value != int(value):
-        raise ConfigError(f"{where}: must be a whole number")
-    return int(value) if whole else float(value)
-
-
 def _parse_timeouts(raw: Any, where: str) -> Timeouts:
-    _require_mapping(raw, where, allowed={"connect", "first_token", "idle", "total", "stream_total"})
-    return Timeouts(**{key: _number(value, f"{where}.{key}") for key, value in raw.items()})
+    require_mapping(raw, where, allowed={"connect", "first_token", "idle", "total", "stream_total"})
+    return Timeouts(**{key: number(value, f"{where}.{key}") for key, value in raw.items()})
 
 
 def _parse_routing(raw: Any, where: str) -> RoutingConfig:
-    _require_mapping(
+    require_mapping(
         raw,
         where,
         allowed={
@@ -383,13 +252,13 @@ def _parse_routing(raw: Any, where: str) -> RoutingConfig:
         values["policy"] = raw["policy"]
     for key in ("max_inflight_per_endpoint", "max_queue"):
         if key in raw:
-            values[key] = _number(raw[key], f"{where}.{key}", whole=True)
+            values[key] = number(raw[key], f"{where}.{key}", whole=True)
     if "max_queue_wait" in raw:
-        values["max_queue_wait"] = _number(raw["max_queue_wait"], f"{where}.max_queue_wait")
+        values["max_queue_wait"] = number(raw["max_queue_wait"], f"{where}.max_queue_wait")
     if "prefix" in raw:
         values["prefix"] = _parse_prefix(raw["prefix"], f"{where}.prefix")
     if "batch_share" in raw:
-        share = _number(raw["batch_share"], f"{where}.batch_share")
+        share = number(raw["batch_share"], f"{where}.batch_share")
         if share > 1:
             raise ConfigError(f"{where}.batch_share: a share of the pool's slots, from 0 to 1")
         values["batch_share"] = share
@@ -401,14 +270,14 @@ def _parse_routing(raw: Any, where: str) -> RoutingConfig:
 
 
 def _parse_prefix(raw: Any, where: str) -> PrefixConfig:
-    _require_mapping(raw, where, allowed={"block_bytes", "max_extra_load"})
+    require_mapping(raw, where, allowed={"block_bytes", "max_extra_load"})
     values: dict[str, Any] = {}
     if "block_bytes" in raw:
-        values["block_bytes"] = _number(raw["block_bytes"], f"{where}.block_bytes", whole=True)
+        values["block_bytes"] = number(raw["block_bytes"], f"{where}.block_bytes", whole=True)
         if not 16 <= values["block_bytes"] <= 65536:
             raise ConfigError(f"{where}.block_bytes: must be from 16 to 65536")
     if "max_extra_load" in raw:
-        values["max_extra_load"] = _number(raw["max_extra_load"], f"{where}.max_extra_load")
+        values["max_extra_load"] = number(raw["max_extra_load"], f"{where}.max_extra_load")
     return PrefixConfig(**values)
 
 
@@ -416,14 +285,14 @@ _WHOLE_HEALTH_FIELDS = frozenset({"failures_to_eject", "teams_to_eject"})
 
 
 def _parse_health(raw: Any, where: str) -> HealthConfig:
-    _require_mapping(
+    require_mapping(
         raw,
         where,
         allowed={"failures_to_eject", "teams_to_eject", "ejection_base", "ejection_max", "probe_interval"},
     )
     values: dict[str, Any] = {}
     for key, value in raw.items():
-        values[key] = _number(value, f"{where}.{key}", whole=key in _WHOLE_HEALTH_FIELDS)
+        values[key] = number(value, f"{where}.{key}", whole=key in _WHOLE_HEALTH_FIELDS)
     health = HealthConfig(**values)
     if health.ejection_max < health.ejection_base:
         raise ConfigError(f"{where}.ejection_max: must be at least ejection_base")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.limits.admission import AdmitStore
+from gateway.limits.limiter import AdmitStore
 from gateway.metering.meter import UsageWrites
 from gateway.routing.stored_responses import Holders
 

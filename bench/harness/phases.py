@@ -15,7 +15,14 @@ from collections import Counter
 
 # (phase, [(path fragment, function name or "" for any function in that file)]).
 RULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
-    ("tracing", (("gateway/observability/tracing.py", ""), ("opentelemetry/", ""))),
+    (
+        "tracing",
+        (
+            ("gateway/observability/tracing.py", ""),
+            ("gateway/observability/request_trace.py", ""),
+            ("opentelemetry/", ""),
+        ),
+    ),
     ("metrics", (("gateway/observability/metrics.py", ""), ("prometheus_client/", ""))),
     (
         "access log",
@@ -60,9 +67,9 @@ RULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         (
             ("gateway/routing/", ""),
             ("gateway/proxy/gate.py", "model"),
-            ("gateway/proxy/pipeline.py", "_plan"),
-            ("gateway/proxy/pipeline.py", "_prompt_blocks"),
-            ("gateway/proxy/pipeline.py", "_share_ticket"),
+            ("gateway/proxy/worker_plan.py", "route"),
+            ("gateway/proxy/worker_plan.py", "prompt_blocks"),
+            ("gateway/proxy/admitted.py", "share_ticket"),
         ),
     ),
     (

@@ -24,7 +24,7 @@ import time
 from types import FrameType
 from typing import Any
 
-import gateway.limits.admission as admission
+import gateway.limits.limiter as limiter
 import gateway.proxy.pipeline as pipeline
 import gateway.proxy.relay as relay
 import gateway.proxy.upstream as upstream
@@ -145,7 +145,7 @@ def _dump(signum: int, frame: FrameType | None) -> None:
 
 def main() -> None:
     _wrap_serve()
-    _wrap_async(admission.RateLimiter, "admit", "admit0", "admit1")
+    _wrap_async(limiter.RateLimiter, "admit", "admit0", "admit1")
     _wrap_async(upstream.Upstream, "open", "open0", "open1")
     _wrap_process()
     _wrap_redis()

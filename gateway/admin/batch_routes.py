@@ -57,23 +57,27 @@ async def list_batches(request: Request, deps: AdminDeps) -> Response:
     )
 
 
-async def _batch(request: Request, action: Action) -> tuple[BatchService, str, dict[str, object]]:
+async def _batch(
+    request: Request, deps: AdminDeps, action: Action
+) -> tuple[BatchService, str, dict[str, object]]:
     team = _team(request, action)
     service = _service(request)
     batch_id = request.path_params["batch_id"]
-    batch = await service.batches.get(team, batch_id)
+    info = await deps.keystore.team_info(team)
+    # By the team's id: a team deleted and re-created under its name does not own the old batches.
+    batch = None if info is None else await service.batches.get(team, batch_id, info.id)
     if batch is None:
         raise GatewayError(ErrorCode.NOT_FOUND, "No such batch in this team.", param="batch_id")
     return service, team, batch.public()
 
 
 async def get_batch(request: Request, deps: AdminDeps) -> Response:
-    _, team, batch = await _batch(request, Action.READ_TEAM)
+    _, team, batch = await _batch(request, deps, Action.READ_TEAM)
     return json_response({**batch, "team": team})
 
 
 async def cancel_batch(request: Request, deps: AdminDeps) -> Response:
-    service, team, batch = await _batch(request, Action.MANAGE_KEYS)
+    service, team, batch = await _batch(request, deps, Action.MANAGE_KEYS)
     if batch["status"] in FINAL or batch["status"] == "finalizing":
         raise GatewayError(
             ErrorCode.INVALID_REQUEST,

@@ -18,14 +18,14 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import orjson
-from redis.typing import EncodableT
 
 from gateway.batch.records import Batch
 from gateway.batch.validation import SPAN_SIZE, span_of
 from gateway.redis import keys
 from gateway.redis.client import RedisClient
+from gateway.redis.keys import EncodableT
 from gateway.redis.scripts import load_script
-from gateway.redis.store import RedisStore
+from gateway.redis.store import FAILURES, RedisStore
 
 CLAIMED, NOTHING, TEAM_FULL, NOT_RUNNING = 1, 0, -1, -2
 
@@ -40,6 +40,7 @@ class BatchStore(RedisStore):
         self._release = load_script(redis, "batch_release")
         self._stop = load_script(redis, "batch_stop")
         self._finalizing = load_script(redis, "batch_finalizing")
+        self._fail = load_script(redis, "batch_fail")
 
     # -- records ------------------------------------------------------------------------------
 
@@ -150,18 +151,13 @@ class BatchStore(RedisStore):
         )
 
     async def fail(self, batch: Batch, errors: Sequence[dict[str, Any]]) -> None:
-        record = keys.batch_record(batch.team, batch.id)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(
-                record,
-                mapping={
-                    "status": "failed",
-                    "failed_at": int(time.time()),
-                    "errors": orjson.dumps(list(errors)),
-                },
-            )
-            pipe.srem(keys.BATCHES_ACTIVE, f"{batch.team}/{batch.id}")
-            await pipe.execute()
+        """The batch failed its validation, unless a cancel came first (that batch ends cancelled)."""
+        failed = await self._fail(
+            keys=[keys.batch_record(batch.team, batch.id)],
+            args=[int(time.time()), orjson.dumps(list(errors))],
+        )
+        if failed:
+            await self.redis.srem(keys.BATCHES_ACTIVE, f"{batch.team}/{batch.id}")
 
     # -- lines ----------------------------------------------------------------------------------
 
@@ -269,10 +265,20 @@ class BatchStore(RedisStore):
 
     async def finalizing(self, team: str, batch_id: str) -> str:
         """What the batch ends as once its output is written, or '' while lines remain."""
-        pending, leases, *_ = keys.batch_lines(team, batch_id)
+        pending, leases, owners, results, _ = keys.batch_lines(team, batch_id)
+        now = time.time()
         return keys.as_text(
             await self._finalizing(
-                keys=[keys.batch_record(team, batch_id), pending, leases], args=[int(time.time())]
+                keys=[
+                    keys.batch_record(team, batch_id),
+                    pending,
+                    leases,
+                    owners,
+                    keys.batch_running(team),
+                    keys.batch_queued(team),
+                    results,
+                ],
+                args=[int(now), int(now * 1000), batch_id],
             )
         )
 
@@ -280,7 +286,10 @@ class BatchStore(RedisStore):
         results = keys.batch_lines(team, batch_id)[3]
         cursor = 0
         while True:
-            page: Any = await self.redis.hscan(results, cursor, count=500)
+            try:  # a generator: the store's mapping of Redis failures is not around it, so here
+                page: Any = await self.redis.hscan(results, cursor, count=500)
+            except FAILURES as exc:
+                raise self.unavailable("BatchStore.results", exc, None) from None
             cursor, found = page
             for line, value in found.items():
                 yield int(line), value

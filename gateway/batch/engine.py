@@ -229,8 +229,8 @@ class BatchEngine:
         return idle_for_batch(route, self._per_model[name], self._starting[name])
 
     async def _principal(self, batch: Batch) -> tuple[Principal | None, int | None]:
-        """The batch's key as a line's caller (None: revoked, expired, or its team gone), with
-        the team's batch_max_inflight."""
+        """The batch's key as a line's caller (None: revoked, expired, denied batches, or its team
+        gone), with the team's batch_max_inflight."""
         try:
             key = await self._keystore.key(batch.key_id)
         except GatewayError:
@@ -239,6 +239,10 @@ class BatchEngine:
         if key.refusal(time.time()) is not None or team is None or not key.belongs_to(team):
             return None, None
         if team.id != batch.team_id:
+            return None, None
+        # Review of issue 44: a key (or team) denied batches after the batch was made runs no more
+        # of its lines, as a revoked key's do not.
+        if key.limits.batches is False or team.limits.batches is False:
             return None, None
         key = dataclasses.replace(key, limits=interactive_limits(key.limits))
         return Principal(key, interactive_limits(team.limits), team.id), team.limits.batch_max_inflight
@@ -255,6 +259,10 @@ class BatchEngine:
             if code != CLAIMED:
                 return
             key = (batch.team, batch.id, line)
+            # Review of issue 44: this replica's own lease, lapsed while the line still runs here
+            # and claimed back under the same token: the running line holds it again (renewed).
+            if key in self._lines:
+                continue
             self._per_model[batch.model] += 1
             self.started_lines += 1
             self._starting[batch.model] += 1
@@ -269,7 +277,10 @@ class BatchEngine:
         try:
             if principal is None:
                 outcome = await self._runner.fail(
-                    batch, line, "invalid_api_key", "The batch's API key is revoked, expired or gone."
+                    batch,
+                    line,
+                    "invalid_api_key",
+                    "The batch's API key is revoked, expired, gone or denied batches.",
                 )
             else:
                 assert self._state is not None

@@ -150,6 +150,9 @@ class LineRunner:
                 parsed = None
             if status == 200:
                 prompt, completion = _usage(parsed)
+                # A line is billed once: by the replica whose answer was written. Until it is
+                # (Redis may fail the write, and the line then runs again), it is not billed.
+                ctx.unbilled = True
                 written = await self._store.done(
                     batch,
                     line,
@@ -159,6 +162,7 @@ class LineRunner:
                     input_tokens=prompt,
                     output_tokens=completion,
                 )
+                ctx.unbilled = not written
                 verdict.append("completed" if written else "lost")
             elif _error_code(parsed) in _NOT_STARTED:
                 verdict.append("requeue")

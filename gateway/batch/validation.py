@@ -22,6 +22,9 @@ MAX_ERRORS = 100
 # SLUICEGATE_MAX_BODY_BYTES, 10 MiB by default, checked again when the line runs).
 MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_CUSTOM_ID = 512
+# The batch's model is its first line's `body.model`, kept in its record and shown in every retrieve
+# and listing: a name, not a place for a line's megabytes (a model table's names are far shorter).
+MAX_MODEL_NAME = 256
 _SPAN = struct.Struct(">QQ")
 # What each endpoint's body must hold (the rest is the pipeline's to check when the line runs).
 _REQUIRED: dict[str, tuple[str, type | tuple[type, ...]]] = {
@@ -113,6 +116,9 @@ class Validator:
             return  # blank lines (a trailing newline, \r\n endings) are not requests
         if self.total >= MAX_BATCH_LINES + 1:
             return  # counted past the limit: finish() says so once
+        if len(raw) > MAX_LINE_BYTES:  # its end came in the chunk that took it past the bound
+            self._error("line_too_long", f"A line may hold at most {MAX_LINE_BYTES} bytes.", line)
+            return
         why = self._check(raw)
         if why is not None:
             code, message, param = why
@@ -146,8 +152,12 @@ class Validator:
         if not isinstance(body, dict):
             return "invalid_request", "'body' must be a JSON object: the request.", "body"
         model = body.get("model")
-        if not isinstance(model, str) or not model:
-            return "invalid_request", "'body.model' must name the model.", "body.model"
+        if not isinstance(model, str) or not model or len(model) > MAX_MODEL_NAME:
+            return (
+                "invalid_request",
+                f"'body.model' must name the model (at most {MAX_MODEL_NAME} characters).",
+                "body.model",
+            )
         if self.model is None:
             self.model = model
         elif model != self.model:

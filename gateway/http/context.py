@@ -71,6 +71,9 @@ class RequestContext:
     # A batch line run by the gateway itself (gateway/batch/engine.py): metered as api `batch`,
     # priced with the model's batch multiplier, never queued in a pool.
     batch: bool = False
+    # A batch line whose answer was dropped: its lease had gone to another replica, which runs the
+    # line again and is billed for it (gateway/batch/runner.py). Settled as using nothing.
+    unbilled: bool = False
 
     def answered_with(self, error: GatewayError) -> None:
         """Notes the error the client is answered with, for the access log."""

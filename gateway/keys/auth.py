@@ -21,7 +21,6 @@ from gateway.errors import ErrorCode, GatewayError, StoreUnavailable
 from gateway.keys.credentials import BEARER, Credential, described, read_key
 from gateway.keys.store import KeyRecord, KeyStore, TeamInfo, hash_secret
 from gateway.limits.spec import LimitSet
-from gateway.redis.breaker import RedisBreaker
 
 _MAX_CACHED = 50_000
 log = logging.getLogger("sluicegate.auth")
@@ -57,20 +56,19 @@ class Authenticator:
     def __init__(
         self,
         store: KeyStore,
-        breaker: RedisBreaker,
         *,
         cache_ttl_s: float,
         timeout_s: float,
         credentials: Sequence[Credential] = (BEARER,),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`credentials`: where client routes take a key, every client API's (the app hands
+        """`store`: the keys' (gateway/keys/store.py), whose look-ups go through the app's Redis
+        breaker. `credentials`: where client routes take a key, every client API's (the app hands
         them down from gateway.apis); the admin API reads its token with `bearer_token`.
         `clock`: what the cache's TTL is measured on (a test's own, to prove the bound)."""
         self._clock = clock
         self._credentials = tuple(credentials)
         self._store = store
-        self._breaker = breaker
         self._ttl = cache_ttl_s
         self._timeout_s = timeout_s
         # secret hash -> (key record, or None for no such key; expiry); "team:<name>" -> the team
@@ -105,41 +103,35 @@ class Authenticator:
     ) -> KeyRecord | TeamInfo | None:
         now = self._clock()
         cached = self._cache.get(entry)
-        if cached is not None and (cached[1] > now or (self._breaker.open and cached[0] is not None)):
+        if cached is not None and (
+            cached[1] > now or (not self._store.lookups_available and cached[0] is not None)
+        ):
             return cached[0]  # fresh, or stale while Redis is known to be away
-        probe = False
-        if self._breaker.open:
-            # An entry never seen here may probe (gateway/redis/breaker.py); anything else waits.
-            probe = cached is None and self._breaker.probe()
-            if not probe:
-                raise GatewayError(
-                    ErrorCode.REDIS_UNAVAILABLE, "The key store is unavailable; try again shortly."
-                )
-        # One lookup per entry at a time: when a popular key's entry expires under load, every
-        # request that finds it stale waits on the same Redis call instead of making its own.
-        pending = self._loading.get(entry)
-        if pending is None:
-            pending = self._loading[entry] = asyncio.ensure_future(self._load(entry, load))
-            pending.add_done_callback(self._loaded)
-        answered = False
-        started = time.monotonic()
         try:
-            async with asyncio.timeout(self._timeout_s):
-                value = await asyncio.shield(pending)
-            answered = True
-            self._breaker.answered()
-        except (StoreUnavailable, TimeoutError) as exc:
-            self._breaker.failed("key lookup", exc, started)
+            # While the breaker is open, an entry never seen here may probe (the store's
+            # `guarded`, gateway/redis/breaker.py); anything else is refused at once.
+            return await self._store.guarded(
+                lambda: self._pending(entry, load), timeout_s=self._timeout_s, may_probe=cached is None
+            )
+        except StoreUnavailable:
             if cached is not None and cached[0] is not None:
                 # What this replica saw moments ago keeps working through a Redis blip.
                 return cached[0]
             raise GatewayError(
                 ErrorCode.REDIS_UNAVAILABLE, "The key store is unavailable; try again shortly."
             ) from None
-        finally:
-            if probe:
-                self._breaker.probed(answered)
-        return value
+
+    def _pending(
+        self, entry: str, load: Callable[[str], Awaitable[KeyRecord | TeamInfo | None]]
+    ) -> Awaitable[KeyRecord | TeamInfo | None]:
+        """One lookup per entry at a time: when a popular key's entry expires under load, every
+        request that finds it stale waits on the same Redis call instead of making its own (each
+        waiter's own leaving does not cut it short for the others)."""
+        pending = self._loading.get(entry)
+        if pending is None:
+            pending = self._loading[entry] = asyncio.ensure_future(self._load(entry, load))
+            pending.add_done_callback(self._loaded)
+        return asyncio.shield(pending)
 
     def _loaded(self, done: asyncio.Future[KeyRecord | TeamInfo | None]) -> None:
         for entry, pending in list(self._loading.items()):

@@ -31,12 +31,12 @@ import asyncio
 import enum
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.keys import deletion, listing, rotation
+from gateway.keys import creation, deletion, listing, rotation
 from gateway.keys.record import (
     KEY_ID_RE,
     KEY_PREFIX,
@@ -56,9 +56,10 @@ from gateway.keys.record import (
 from gateway.keys.steps import Checkpoint, RecordScripts, no_checkpoint
 from gateway.limits.spec import NO_LIMITS, LimitSet
 from gateway.redis import keys as redis_keys
+from gateway.redis.breaker import RedisBreaker
 from gateway.redis.client import RedisClient
 from gateway.redis.keys import EncodableT
-from gateway.redis.store import RedisStore
+from gateway.redis.store import RedisStore, maps_itself, through_breaker
 from gateway.redis.subscribe import follow
 
 __all__ = [
@@ -97,15 +98,39 @@ class _Keep(enum.Enum):
 # update_key's default for `models` and `expires_at`: leave as they are (None means "every model"
 # and "never", so it cannot be the default).
 KEEP = _Keep.KEEP
+_T = TypeVar("_T")
 
 
 class KeyStore(RedisStore):
-    def __init__(self, redis: RedisClient, *, checkpoint: Checkpoint = no_checkpoint) -> None:
-        """`checkpoint`: awaited with the name of each write step before it runs (a test's
-        seam to stop a write half-way, gateway/keys/steps.py)."""
+    def __init__(
+        self,
+        redis: RedisClient,
+        *,
+        breaker: RedisBreaker | None = None,
+        checkpoint: Checkpoint = no_checkpoint,
+    ) -> None:
+        """`breaker`: the app's, for the request path's look-ups (`guarded`) only: the admin's
+        writes and the background readers are not counted on it. `checkpoint`: awaited with the
+        name of each write step before it runs (a test's seam to stop a write half-way,
+        gateway/keys/steps.py)."""
         super().__init__(redis)
+        self._breaker = breaker
         self._scripts = RecordScripts(redis)
         self._step = checkpoint
+
+    @property
+    def lookups_available(self) -> bool:
+        """False while the breaker is open: a call moments ago failed."""
+        return self._breaker is None or not self._breaker.open
+
+    @maps_itself  # through the breaker, which maps and counts its failures
+    async def guarded(self, call: Callable[[], Awaitable[_T]], *, timeout_s: float, may_probe: bool) -> _T:
+        """A look-up on the request path (`call`: `lookup`'s or `team_info`'s, which several
+        requests may wait on) through the breaker (gateway.redis.store.through_breaker): refused
+        at once while it is open unless `may_probe` (a key never seen here) wins the probe."""
+        return await through_breaker(
+            self._breaker, "key lookup", call, timeout_s=timeout_s, may_probe=may_probe
+        )
 
     async def create_team(
         self, name: str, limits: LimitSet = NO_LIMITS, *, journal: Journal | None = None
@@ -287,53 +312,21 @@ class KeyStore(RedisStore):
     ) -> tuple[KeyRecord, str]:
         """Returns the record and the secret; the secret is not stored and cannot be shown again.
         It is returned only once every step has landed (see the module's docstring)."""
-        info = await self.team_info(team)
-        if info is None:
-            raise TeamNotFoundError(team)
-        record = KeyRecord(
-            id="key_" + secrets.token_hex(8),
-            team=team,
+        return await creation.create_key(
+            self.redis,
+            self._scripts,
+            team,
             name=name,
-            models=frozenset(models) if models is not None else None,
+            models=models,
             limits=limits,
-            created_at=time.time(),
-            revoked_at=None,
             expires_at=expires_at,
-            team_id=info.id,
+            journal=journal,
             created_by=created_by,
+            step=self._step,
+            team_info=self.team_info,
+            unfinished_s=UNFINISHED_S,
+            keep_s=_RETIRED_RECORD_SLACK_S,
         )
-        secret, secret_hash = rotation.new_secret()
-        stored, pointer = redis_keys.key_by_hash(secret_hash), redis_keys.key_hash_by_id(record.id)
-        await self._step("key.create")
-        await self._scripts.create(stored, record.fields(), ttl_s=UNFINISHED_S)
-        await self._step("key.point")
-        await self.redis.set(pointer, secret_hash, ex=UNFINISHED_S)
-        await self._step("key.list")
-        await self.redis.sadd(redis_keys.team_keys(team), record.id)
-        # A deletion of the team running meanwhile may not have seen this key (listed only
-        # now). The key dies with the team all the same (its team id names the deleted team);
-        # and once the team is gone, its secret is not handed out at all.
-        await self._step("key.check_team")
-        now = await self.team_info(team)
-        if now is None or now.id != info.id:
-            await self._scripts.mark(stored, "revoked_at", repr(time.time()), publish=secret_hash)
-            raise TeamNotFoundError(team)
-        if journal is not None:
-            await self._step("key.journal")
-            after = {"name": record.name, **record.changeable()}
-            await journal.write("key.created", team=team, key_id=record.id, before={}, after=after)
-        await self._step("key.keep_pointer")
-        await self.redis.persist(pointer)
-        # The last step: until it, the record goes by itself if the creation stops.
-        await self._step("key.keep")
-        await self.redis.persist(stored)
-        # A team's deletion that marked the record since the team check gave it and the pointer
-        # a TTL, which the PERSISTs above took away: give it back (a mark after this read sets
-        # its own), or the dead record stays for good.
-        if await self.redis.hexists(stored, "revoked_at"):
-            await self.redis.expire(stored, _RETIRED_RECORD_SLACK_S)
-            await self.redis.expire(pointer, _RETIRED_RECORD_SLACK_S)
-        return record, secret
 
     async def rotate(
         self, key_id: str, grace_s: float, *, journal: Journal | None = None

@@ -19,19 +19,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observability.metrics import Metrics
-from gateway.overflow.providers import Provider
+from gateway.overflow.providers import ModelOverflow, Overflow, Provider
 from gateway.proxy.upstream import UpstreamResponse
+from gateway.proxy.worker_protocols import CHAT
 from gateway.routing.health import ENDPOINT_FAILED, NO_VERDICT, SERVED, Verdict
 from gateway.routing.policy import RouteRequest
 from gateway.routing.unavailable import PoolUnavailable, retry_after
 from gateway.worker.client import WorkerClient
 from gateway.worker.http import LocalExhaustion, Unreachable, WorkerHttpError
+
+if TYPE_CHECKING:
+    from gateway.proxy.dialect import Call
+    from gateway.routing.stored_responses import Holder
 
 log = logging.getLogger("sluicegate.overflow")
 
@@ -77,6 +82,15 @@ def provider_body(worker_body: bytes, model: str, *, stream: bool) -> bytes:
     return orjson.dumps(body)
 
 
+def overflow_of(overflow: Overflow, call: Call, model: str, holder: Holder | None) -> ModelOverflow | None:
+    """The model's overflow, for a request in the chat contract that continues nothing."""
+    if holder is not None or call.protocol is not CHAT:
+        return None
+    if call.worker_path != CHAT_PATH:
+        return None
+    return overflow.of(model)
+
+
 class ProviderResponse(UpstreamResponse):
     """A provider's answer, judged at its end rather than at its first output as a worker's is
     (the pipeline reports it: Provider.served or failed): a provider that breaks every stream
@@ -93,6 +107,22 @@ class OverflowCall:
     def __init__(self, client: WorkerClient, metrics: Metrics) -> None:
         self._client = client
         self._metrics = metrics
+
+    async def open_call(
+        self, provider: Provider, call: Call, max_tokens: int | None, team: str, head_deadline: float
+    ) -> UpstreamResponse:
+        """`open` with the chat contract's call (gateway.proxy.dialect) as the provider gets it: its
+        model's name there, and never the team's cache salt (a provider is outside the trust
+        boundary)."""
+        wire = provider.pool.wire_model
+        body = call.worker_body(wire, continuous_usage=False, max_tokens=max_tokens, cache_salt=None)
+        return await self.open(
+            provider,
+            provider_body(body, wire, stream=call.stream),
+            team=team,
+            head_deadline=head_deadline,
+            stream=call.stream,
+        )
 
     async def open(
         self, provider: Provider, body: bytes, *, team: str, head_deadline: float, stream: bool

@@ -7,9 +7,11 @@ Everything before admission can refuse the request with an error and nothing to 
 admission on, a `Settlement` owns the request, and `finish()` in the `finally` below settles it
 exactly once, whatever happens: that is the only place usage is metered, limits are settled and
 the in-flight gauge goes down. What is specific to one client API (its body, its stream, its
-error envelope) comes from the `Dialect`; the worker side is the same for all of them. Two steps
-are told in their own modules, called from here in order: the parse (gateway.proxy.parsing) and
-a whole answer's relay (gateway.proxy.whole_answer; a stream's is gateway.proxy.relay).
+error envelope) comes from the `Dialect`; the worker side is the same for all of them. Steps told
+in their own modules are called from here in order: the parse (gateway.proxy.parsing), what the
+call continues (gateway.proxy.remembering), the route and the worker's body
+(gateway.proxy.worker_plan), an overflow provider's call (gateway.overflow) and a whole answer's
+relay (gateway.proxy.whole_answer; a stream's is gateway.proxy.relay).
 """
 
 from __future__ import annotations
@@ -17,11 +19,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
@@ -30,71 +31,41 @@ from gateway.drain import Drain
 from gateway.errors import ErrorCode, Failure, GatewayError
 from gateway.http.body import read_body
 from gateway.http.context import CLIENT_CLOSED, RequestContext
-from gateway.keys.auth import Principal
-from gateway.limits.admission import Admission, RateLimiter
-from gateway.limits.output import OutputCap
+from gateway.limits.limiter import RateLimiter
 from gateway.limits.plans import LimitPlans
 from gateway.limits.spec import overflow_allowed
 from gateway.observability import tracing
 from gateway.observability.metrics import Metrics
 from gateway.overflow import decision
-from gateway.overflow.call import CHAT_PATH, SERVED_BY_HEADER, OverflowCall, provider_body
+from gateway.overflow.call import SERVED_BY_HEADER, OverflowCall, overflow_of
 from gateway.overflow.contract import PROVIDER_CHAT
-from gateway.overflow.providers import ModelOverflow, Overflow
-from gateway.pricing import Price
-from gateway.proxy import parsing, whole_answer
+from gateway.overflow.providers import Overflow
+from gateway.proxy import parsing, whole_answer, worker_plan
+from gateway.proxy.admitted import Admitted
 from gateway.proxy.answer_bytes import AnswerBytes
-from gateway.proxy.cache_salt import CacheSalts, SaltScope
-from gateway.proxy.dialect import Call, Dialect
+from gateway.proxy.cache_salt import CacheSalts
+from gateway.proxy.dialect import Dialect
 from gateway.proxy.disconnect import ClientWatch, client_abort
 from gateway.proxy.forwarding import Forwarding
 from gateway.proxy.gate import Gate
 from gateway.proxy.output_caps import OutputCaps
 from gateway.proxy.relay import STREAM_HEADERS, StreamRelay
-from gateway.proxy.remembering import Remembering
+from gateway.proxy.remembering import Remembering, continued
 from gateway.proxy.settlement import Settlement, Submitter
 from gateway.proxy.translation import ignored, model_rules
 from gateway.proxy.translation.bounds import BodyBounds, BodyLists
-from gateway.proxy.translation.engine_priority import with_engine_priority
-from gateway.proxy.upstream import Upstream, UpstreamResponse
+from gateway.proxy.upstream import Upstream
 from gateway.proxy.worker_protocols import CHAT
 from gateway.routing import share
 from gateway.routing.deadline import DEADLINE_HEADER, deadline_ms
-from gateway.routing.policy import RouteRequest
-from gateway.routing.pool import Pool
-from gateway.routing.prefix import body_blocks
-from gateway.routing.router import ModelRoute, Router
-from gateway.routing.share import ShareTicket
-from gateway.routing.stored_responses import Holder, StoredResponses
+from gateway.routing.router import Router
+from gateway.routing.stored_responses import StoredResponses
 
 # Names the model that answered: the one asked for, or the fallback that stood in for it.
 MODEL_HEADER = "x-sluicegate-model"
 # The routing headers _admit reads (as the ASGI scope holds their names).
 _PRIORITY = share.PRIORITY_HEADER.encode()
 _DEADLINE = DEADLINE_HEADER.encode()
-
-
-@dataclass(frozen=True, slots=True)
-class Admitted:
-    """A request that passed every check before the worker."""
-
-    call: Call
-    principal: Principal
-    requested: ModelRoute
-    admission: Admission
-    holder: Holder | None  # where what the call continues is kept
-    cap: OutputCap  # what the worker may generate per answer: what admission granted
-    salt: SaltScope  # the worker's cache_salt, per pool (gateway.proxy.cache_salt)
-    # The prompt's estimate with the history of the conversation it continues: what the worker
-    # prefills, so what is reserved, and billed when the worker reports no usage.
-    prompt_estimate: int
-    priority: int  # its band in a saturated pool (gateway/routing/share.py)
-    deadline: float | None  # when its first token must come by, time.monotonic() (routing/deadline.py)
-    # The model's overflow when this request is one that could take it (gateway/overflow/), and
-    # whether its team and key allow it: then its money was reserved at the higher price.
-    overflow: ModelOverflow | None = None
-    overflow_allowed: bool = False
-    price: Price | None = None  # the model's, with its batch multiplier for a batch line
 
 
 class Pipeline:
@@ -178,7 +149,7 @@ class Pipeline:
             admitted.prompt_estimate,
             self._metrics,
             self._meter,
-            share=self._share_ticket(admitted),
+            share=admitted.share_ticket(),
             price=admitted.price,
         )
         try:
@@ -225,7 +196,7 @@ class Pipeline:
         requested = self._gate.model(key, call.model, ctx)
         call = model_rules.apply(call, requested.model)  # native_normalise, hosted_tools
         ignored.record(ctx, dialect.name, call.ignored, self._metrics, self._hosted_tools)
-        holder = await self._holder(call.continues, principal.team_id, ctx.model)
+        holder = await continued(self._stored, call.continues, principal.team_id, ctx.model)
         salt = await self._salts.scope(principal.team_id, key.id, call.client_salt)
         price = requested.model.price
         if ctx.batch and price is not None:
@@ -235,7 +206,7 @@ class Pipeline:
         overflow = (
             None
             if self._overflow is None or ctx.batch
-            else self._overflow_of(call, requested.model.name, holder)
+            else overflow_of(self._overflow[0], call, requested.model.name, holder)
         )
         may_overflow = overflow is not None and overflow_allowed(team, key.limits)
         planned = self._plans.plan(
@@ -280,62 +251,6 @@ class Pipeline:
             price,
         )
 
-    def _overflow_of(self, call: Call, model: str, holder: Holder | None) -> ModelOverflow | None:
-        """The model's overflow, for a request in the chat contract that continues nothing."""
-        if self._overflow is None or holder is not None or call.protocol is not CHAT:
-            return None
-        if call.worker_path != CHAT_PATH:
-            return None
-        return self._overflow[0].of(model)
-
-    def _share_ticket(self, admitted: Admitted) -> ShareTicket:
-        """The request's weight in a saturated pool's token fair share, from what it reserved."""
-        estimate = admitted.admission.reservation
-        return ShareTicket.estimated(
-            admitted.principal.key.team,
-            admitted.principal.team_limits.share_weight,
-            admitted.priority,
-            estimate.prompt_tokens,
-            estimate.completion_tokens,
-            admitted.deadline,
-        )
-
-    async def _holder(self, response_id: str | None, team_id: str, model: str) -> Holder | None:
-        """The endpoint holding the response a request continues. Another team's response (a
-        deleted team's too, whose name a new team took) is a 404 like one that never existed: a
-        key learns nothing about other teams' ids."""
-        if response_id is None:
-            return None
-        holder = await self._stored.find(response_id)
-        if holder is None or holder.team != team_id:
-            raise GatewayError(
-                ErrorCode.NOT_FOUND,
-                f"No stored response with id '{response_id}'.",
-                param="previous_response_id",
-            )
-        if holder.model != model:
-            raise GatewayError(
-                ErrorCode.INVALID_REQUEST,
-                f"The response '{response_id}' was made by another model; continue it with "
-                f"'{holder.answer_name}'.",
-                param="previous_response_id",
-            )
-        return holder
-
-    def _plan(self, admitted: Admitted, api: str) -> list[Pool]:
-        holder = admitted.holder
-        if holder is not None:
-            pool = self._router.pool(holder.pool)
-            if pool is None or pool.get(holder.endpoint) is None:
-                raise GatewayError(
-                    ErrorCode.NOT_FOUND,
-                    "The worker that stored the previous response is gone.",
-                    param="previous_response_id",
-                )
-            return [pool]
-        native = admitted.call.protocol is not CHAT
-        return self._router.plan(admitted.requested, native_api=api if native else None)
-
     async def _answer(
         self,
         dialect: Dialect[Any],
@@ -351,20 +266,7 @@ class Pipeline:
         ctx, outcome = settlement.ctx, settlement.outcome
         loop = asyncio.get_running_loop()
         head_deadline = loop.time() + (model.timeouts.first_token if call.stream else model.timeouts.total)
-        plan = self._plan(admitted, dialect.name)
-        blocks, block_bytes = _prompt_blocks(call, plan, admitted.cap.per_answer, admitted.salt)
-        route = RouteRequest(
-            model=model.name,
-            user=call.user,
-            session_id=ctx.session_id,
-            team=ctx.team,
-            share_weight=admitted.principal.team_limits.share_weight,
-            pinned=None if admitted.holder is None else admitted.holder.endpoint,
-            share=settlement.share,
-            blocks=blocks,
-            block_bytes=block_bytes,
-            no_wait=ctx.batch,
-        )
+        plan, route = worker_plan.route(self._router, admitted, dialect.name, ctx, settlement.share)
         # Pools and fallbacks first; an overflow provider only when none can serve in time.
         provider = (
             None
@@ -387,37 +289,15 @@ class Pipeline:
         watch = ClientWatch(receive, scope)
         try:
             if provider is not None and self._overflow is not None:
-                wire = provider.pool.wire_model
-                upstream = await self._overflow[1].open(
-                    provider,
-                    provider_body(
-                        call.worker_body(
-                            # A provider outside the trust boundary never gets the team's salt.
-                            wire,
-                            continuous_usage=False,
-                            max_tokens=admitted.cap.per_answer,
-                            cache_salt=None,
-                        ),
-                        wire,
-                        stream=call.stream,
-                    ),
-                    team=ctx.team,
-                    head_deadline=head_deadline,
-                    stream=call.stream,
+                upstream = await self._overflow[1].open_call(
+                    provider, call, admitted.cap.per_answer, ctx.team, head_deadline
                 )
             else:
                 upstream = await self._upstream.open(
                     plan,
                     call.worker_path,
-                    lambda pool: _behind_interactive(
-                        call.worker_body(
-                            pool.wire_model,
-                            continuous_usage=pool.model.continuous_usage,
-                            max_tokens=admitted.cap.per_answer,
-                            cache_salt=admitted.salt.for_model(pool.model.cache_isolation),
-                        ),
-                        pool,
-                        background=ctx.batch,
+                    lambda pool: worker_plan.worker_body(
+                        call, pool, admitted.cap.per_answer, admitted.salt, ctx.batch
                     ),
                     self._forwarding.worker_headers(scope, ctx),
                     route,
@@ -466,7 +346,9 @@ class Pipeline:
             headers[SERVED_BY_HEADER] = provider.served_by
         team_id = admitted.principal.team_id
         remember = (
-            None if call.protocol is CHAT else self._remembering(team_id, upstream, settlement, answer_name)
+            None
+            if call.protocol is CHAT
+            else Remembering.of(self._stored, team_id, upstream, settlement, answer_name)
         )
         if streaming:
             relay = StreamRelay(
@@ -515,40 +397,3 @@ class Pipeline:
             raise
         if provider is not None:
             provider.served(trial=upstream.trial)
-
-    def _remembering(
-        self, team_id: str, upstream: UpstreamResponse, settlement: Settlement, answer_name: str
-    ) -> Remembering:
-        """Writes down where a response the worker stored is held, and for which team (its id:
-        a team re-created under the name is not its owner), before the client learns its id."""
-        pool = upstream.pool
-        holder = Holder(team_id, pool.model.name, answer_name, pool.name, upstream.endpoint.url)
-        return Remembering(self._stored, holder, settlement)
-
-
-def _behind_interactive(body: bytes, pool: Pool, *, background: bool) -> bytes:
-    """A batch line's worker body with the engine priority of its pool's model, behind interactive
-    requests in a vLLM that orders by it (gateway/proxy/translation/engine_priority.py). Only a
-    batch line to such a model pays for the second encoding."""
-    if not (background and pool.model.engine_priority):
-        return body
-    return orjson.dumps(with_engine_priority(orjson.loads(body), pool.model, background=True))
-
-
-def _prompt_blocks(
-    call: Call, plan: Sequence[Pool], cap: int | None, salt: SaltScope
-) -> tuple[tuple[bytes, ...], int]:
-    """The prompt's block hashes and their size, once per request, when a pool it may go to is
-    routed by prefix (the first such: a fallback model's pools too, and those of another block
-    size ignore them): from the body the worker gets, its cache_salt included, so hashed as the
-    worker will see it and never predicting a hit across salts the engine will not give."""
-    for pool in plan:
-        if pool.prefix is not None:
-            body = call.worker_body(
-                pool.wire_model,
-                continuous_usage=False,
-                max_tokens=cap,
-                cache_salt=salt.for_model(pool.model.cache_isolation),
-            )
-            return body_blocks(body, pool.prefix.block_bytes, call.protocol.prompt), pool.prefix.block_bytes
-    return (), 0

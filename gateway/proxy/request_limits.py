@@ -19,7 +19,8 @@ from collections.abc import AsyncIterator
 from gateway.http.context import RequestContext
 from gateway.keys.auth import Principal
 from gateway.limits import plans
-from gateway.limits.admission import Admission, LimitKind, RateLimiter, Reservation
+from gateway.limits.admission import Admission, LimitKind, Reservation
+from gateway.limits.limiter import RateLimiter
 from gateway.metering.record import UsageRecord
 from gateway.observability import tracing
 from gateway.observability.metrics import Metrics

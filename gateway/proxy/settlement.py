@@ -86,6 +86,8 @@ class Settlement:
     def tokens(self) -> tuple[int, int]:
         """The worker's own counts when it gave believable ones; else what the gateway can tell."""
         out = self.outcome
+        if self.ctx.unbilled:
+            return 0, 0
         if out.usage is not None:
             return out.usage.prompt_tokens, out.usage.completion_tokens
         if out.stalled_usage is not None:

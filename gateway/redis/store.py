@@ -13,16 +13,19 @@ and, for the stores on the request path, the app's breaker (gateway/redis/breake
 it; an answer resets the breaker's count. `__init_subclass__` wraps each public coroutine method a
 store defines, so no method can let a redis-py error through; a hot-path method that counts its
 calls (admission's, tests/perf/budget.json) maps its own with `unavailable` instead
-(`@maps_itself`), the same mapping without the wrapper's call. Errors are named by their class
-only (a Redis error's text may quote a command's arguments: key names, a team's id).
+(`@maps_itself`), the same mapping without the wrapper's call. A call that several callers wait
+on at once (the key cache's look-ups) goes `through_breaker`, which also refuses at once while the
+breaker is open and lets one probe through. Errors are named by their class only (a Redis error's
+text may quote a command's arguments: key names, a team's id).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
@@ -35,6 +38,7 @@ from gateway.redis.client import RedisClient
 # among them), a socket's, and a store's own time bound.
 FAILURES = (RedisError, OSError, TimeoutError)
 _Method = TypeVar("_Method", bound=Callable[..., Coroutine[Any, Any, Any]])
+_T = TypeVar("_T")
 
 
 def maps_itself(method: _Method) -> _Method:
@@ -71,6 +75,45 @@ class RedisStore:
             maps = getattr(value, "__maps_itself__", False)
             if not name.startswith("_") and inspect.iscoroutinefunction(value) and not maps:
                 setattr(cls, name, _mapped(value, f"{cls.__name__}.{name}"))
+
+
+async def through_breaker(
+    breaker: RedisBreaker | None,
+    site: str,
+    call: Callable[[], Awaitable[_T]],
+    *,
+    timeout_s: float,
+    may_probe: bool,
+) -> _T:
+    """`call()` awaited for one caller, within `timeout_s`, through `breaker`. While the breaker is
+    open it is refused at once (StoreUnavailable), unless `may_probe` and no other call is probing
+    (gateway/redis/breaker.py); the probe's outcome closes the breaker or keeps it open, and a
+    caller that leaves hands the probe on. A failure (StoreUnavailable, or the time bound) is
+    counted at `site` and raised as StoreUnavailable; an answer resets the count. Each caller of a
+    call that several wait on is told apart: the breaker counts the failures made in a row."""
+    probe = False
+    if breaker is not None and breaker.open:
+        probe = breaker.probe() if may_probe else False
+        if not probe:
+            raise StoreUnavailable("BreakerOpen")
+    answered = False
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(timeout_s):
+            value = await call()
+        answered = True
+        if breaker is not None:
+            breaker.answered()
+    except (StoreUnavailable, TimeoutError) as exc:
+        if breaker is not None:
+            breaker.failed(site, exc, started)
+        raise StoreUnavailable(
+            exc.reason if isinstance(exc, StoreUnavailable) else type(exc).__name__
+        ) from None
+    finally:
+        if probe and breaker is not None:
+            breaker.probed(answered)
+    return value
 
 
 def _mapped(

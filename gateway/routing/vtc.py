@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import math
 import time
@@ -243,7 +244,10 @@ class PoolShare:
         if self._store is None:
             return
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._flush())
+            # In a context of its own: the flush serves every request of the pool, not the one
+            # that happened to start it, so it carries none of that request's context (its trace
+            # span, its call count in tests/perf), however long it outlives the request.
+            self._task = asyncio.get_running_loop().create_task(self._flush(), context=contextvars.Context())
         elif self._wake is not None:
             self._wake.set()
 

@@ -8,10 +8,13 @@ import asyncio
 import secrets
 import time
 
+import pytest
 import redis.asyncio
 
 from gateway.batch.batchstore import CLAIMED, NOTHING, TEAM_FULL, BatchStore
 from gateway.batch.records import Batch
+from gateway.errors import StoreUnavailable
+from gateway.redis import keys
 from tests.batch.conftest import chat_lines, upload, wait_for_batch
 from tests.conftest import Gateway
 from tests.redis_cluster import RedisServer
@@ -92,3 +95,85 @@ def test_a_batch_past_the_teams_queued_lines_fails(batch_gateway: Gateway) -> No
         input_file_id=upload(client, chat_lines(5)), endpoint="/v1/chat/completions", completion_window="24h"
     )
     assert wait_for_batch(client, fits.id).status == "completed"
+
+
+def test_a_stopped_batch_whose_replica_died_mid_line_still_ends(redis_server: RedisServer) -> None:
+    """A cancel (or the window's end) while a dead replica held a lease: no replica claims lines of
+    a stopped batch, so nothing else reaps that lease. The batch must still end, and the line must
+    stop counting against the team's max_batch_lines."""
+
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(redis_server.url)
+        store = BatchStore(client)
+        for how, ending in (("cancelling", "cancelled"), ("expiring", "expired")):
+            team = "team-" + secrets.token_hex(4)
+            batch = _batch(team)
+            await store.create(batch)
+            assert await store.start(batch, 3, max_lines=10) == 1
+            assert await store.claim(batch, "dead-replica", lease_s=0.001, max_inflight=None) == (CLAIMED, 0)
+            await store.stop(team, batch.id, how)
+            await asyncio.sleep(0.05)  # the dead replica's lease lapses
+            assert await store.finalizing(team, batch.id) == ending
+            assert await store.queued(team) == 0
+            assert await store.running(team) == 0
+        await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_batch_whose_every_line_was_answered_when_its_window_ended_completed(
+    redis_server: RedisServer,
+) -> None:
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(redis_server.url)
+        store = BatchStore(client)
+        team = "team-" + secrets.token_hex(4)
+        batch = _batch(team)
+        await store.create(batch)
+        assert await store.start(batch, 1, max_lines=10) == 1
+        assert await store.claim(batch, "a", lease_s=30, max_inflight=None) == (CLAIMED, 0)
+        answer = {"ok": True, "value": b"o{}", "input_tokens": 1, "output_tokens": 2}
+        assert await store.done(batch, 0, "a", **answer)  # type: ignore[arg-type]
+        await store.stop(team, batch.id, "expiring")  # the window ends before finalizing looked
+        assert await store.finalizing(team, batch.id) == "completed"
+        await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_batch_cancelled_while_validating_stays_cancelled_when_its_validation_fails(
+    redis_server: RedisServer,
+) -> None:
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(redis_server.url)
+        store = BatchStore(client)
+        team = "team-" + secrets.token_hex(4)
+        batch = _batch(team)
+        await store.create(batch)
+        await store.stop(team, batch.id, "cancelling")
+        await store.fail(batch, [{"code": "invalid_json", "message": "x", "param": None, "line": 1}])
+        got = await store.get(team, batch.id)
+        assert got is not None
+        assert got.status == "cancelling"
+        assert await store.finalizing(team, batch.id) == "cancelled"
+        await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_redis_failure_reading_the_answers_is_the_stores_error(redis_server: RedisServer) -> None:
+    """Every store method raises StoreUnavailable, never a redis-py error: the answers' reader (a
+    generator, which the store's wrapping does not cover) too."""
+
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(redis_server.url)
+        store = BatchStore(client)
+        team = "team-" + secrets.token_hex(4)
+        batch = _batch(team)
+        await client.set(keys.batch_lines(team, batch.id)[3], b"not a hash")
+        with pytest.raises(StoreUnavailable):
+            async for _ in store.results(team, batch.id):
+                pass
+        await client.aclose()
+
+    asyncio.run(run())

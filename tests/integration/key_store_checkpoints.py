@@ -12,7 +12,6 @@ from starlette.datastructures import Headers
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.auth import Authenticator
 from gateway.keys.store import KeyStore
-from gateway.redis.breaker import RedisBreaker
 
 T = TypeVar("T")
 
@@ -48,7 +47,7 @@ async def outcome(call: Awaitable[T]) -> tuple[T | None, ErrorCode | None]:
 
 
 async def authenticates(store: KeyStore, secret: str) -> bool:
-    auth = Authenticator(store, RedisBreaker(0.0), cache_ttl_s=0.0, timeout_s=5.0)
+    auth = Authenticator(store, cache_ttl_s=0.0, timeout_s=5.0)
     principal, code = await outcome(auth.authenticate(Headers({"authorization": f"Bearer {secret}"})))
     assert code in (None, ErrorCode.INVALID_API_KEY)
     return principal is not None

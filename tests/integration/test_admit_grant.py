@@ -11,8 +11,9 @@ from typing import TypeVar
 
 import pytest
 
-from gateway.limits.admission import Admission, Limit, LimitKind, RateLimiter, Reservation
+from gateway.limits.admission import Admission, Limit, LimitKind, Reservation
 from gateway.limits.limit_store import LimitStore
+from gateway.limits.limiter import RateLimiter
 from gateway.limits.spec import TokenCount
 from gateway.metering.meter import Meter
 from gateway.metering.usage_store import UsageStore

@@ -20,7 +20,6 @@ from starlette.datastructures import Headers
 from gateway.errors import ErrorCode, GatewayError
 from gateway.keys.auth import Authenticator
 from gateway.keys.store import KeyStore
-from gateway.redis.breaker import RedisBreaker
 from gateway.redis.client import RedisClient
 from tests.redis_cluster import RedisServer, run_with_client
 from tests.waiting import eventually
@@ -63,7 +62,7 @@ def test_while_the_feed_is_down_a_revoked_key_works_until_the_ttl_and_not_after(
         store = KeyStore(redis)
         clock = Clock()
         # No follow_invalidations task: the replica hears nothing, as while its feed's node is down.
-        auth = Authenticator(store, RedisBreaker(1.0), cache_ttl_s=TTL_S, timeout_s=5.0, clock=clock)
+        auth = Authenticator(store, cache_ttl_s=TTL_S, timeout_s=5.0, clock=clock)
         key_id, secret = await _team_with_key(store)
         assert await _works(auth, secret)
 
@@ -82,7 +81,7 @@ def test_with_the_feed_up_a_revocation_drops_the_cached_key_with_the_clock_stopp
     async def scenario(redis: RedisClient) -> None:
         store = KeyStore(redis)
         clock = Clock()  # never advanced: the TTL cannot be what drops the key
-        auth = Authenticator(store, RedisBreaker(1.0), cache_ttl_s=TTL_S, timeout_s=5.0, clock=clock)
+        auth = Authenticator(store, cache_ttl_s=TTL_S, timeout_s=5.0, clock=clock)
         key_id, secret = await _team_with_key(store)
         assert await _works(auth, secret)
         feed = asyncio.create_task(auth.follow_invalidations())

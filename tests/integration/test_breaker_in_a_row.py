@@ -15,8 +15,9 @@ from contextlib import asynccontextmanager
 
 from gateway.config import Settings
 from gateway.errors import GatewayError
-from gateway.limits.admission import Admission, Limit, LimitKind, RateLimiter, Reservation
+from gateway.limits.admission import Admission, Limit, LimitKind, Reservation
 from gateway.limits.limit_store import LimitStore
+from gateway.limits.limiter import RateLimiter
 from gateway.metering.meter import Meter
 from gateway.metering.usage_store import UsageStore
 from gateway.observability.metrics import Metrics

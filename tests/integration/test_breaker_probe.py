@@ -43,7 +43,7 @@ def test_an_open_breaker_lets_a_new_key_probe_and_an_answer_closes_it(
         await store.create_team(team)
         _, secret = await store.create_key(team)
         breaker = RedisBreaker(LONG_S)
-        auth = Authenticator(store, breaker, cache_ttl_s=60.0, timeout_s=30.0)
+        auth = Authenticator(KeyStore(redis, breaker=breaker), cache_ttl_s=60.0, timeout_s=30.0)
         with caplog.at_level(logging.WARNING, "sluicegate.redis"):
             for _ in range(FAILURES_TO_OPEN + 1):
                 breaker.failed("admission", TimeoutError(), time.monotonic())
@@ -99,7 +99,7 @@ def test_while_redis_stalls_one_new_key_probes_and_the_others_are_refused_at_onc
                 redis = connect_redis(Settings(redis_url=url, redis_timeout_s=LONG_S))
                 clients.append(redis)
                 breaker = RedisBreaker(LONG_S, failures_to_open=1)
-                auth = Authenticator(KeyStore(redis), breaker, cache_ttl_s=60.0, timeout_s=LONG_S)
+                auth = Authenticator(KeyStore(redis, breaker=breaker), cache_ttl_s=60.0, timeout_s=LONG_S)
                 breaker.failed("admission", TimeoutError(), time.monotonic())
 
                 probe = asyncio.ensure_future(auth.authenticate(_headers("sk-first-" + "a" * 40)))

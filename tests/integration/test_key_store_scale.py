@@ -37,7 +37,6 @@ from gateway.metering.record import UsageRecord
 from gateway.metering.usage_store import UsageStore
 from gateway.observability.metrics import Metrics
 from gateway.redis import keys as redis_keys
-from gateway.redis.breaker import RedisBreaker
 from gateway.redis.client import RedisClient, close_redis, connect_redis
 from gateway.redis.scripts import load_script
 from tests.redis_cluster import RedisServer
@@ -205,7 +204,7 @@ async def _read(redis: RedisClient, calls: list[tuple[Any, ...]]) -> list[Any]:
 
 
 async def _authenticates(store: KeyStore, secret: str) -> bool:
-    auth = Authenticator(store, RedisBreaker(0.0), cache_ttl_s=0.0, timeout_s=5.0)
+    auth = Authenticator(store, cache_ttl_s=0.0, timeout_s=5.0)
     code = None
     try:
         await auth.authenticate(Headers({"authorization": f"Bearer {secret}"}))

@@ -10,8 +10,9 @@ from typing import cast
 
 import pytest
 
-from gateway.limits.admission import Limit, LimitKind, RateLimiter, Reservation
+from gateway.limits.admission import Limit, LimitKind, Reservation
 from gateway.limits.limit_store import LimitStore
+from gateway.limits.limiter import RateLimiter
 from gateway.metering.meter import Meter
 from gateway.metering.usage_store import UsageStore
 from gateway.observability.metrics import Metrics

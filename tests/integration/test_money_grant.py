@@ -10,8 +10,9 @@ from decimal import Decimal
 
 import pytest
 
-from gateway.limits.admission import Limit, LimitKind, RateLimiter, Reservation, money_costs
+from gateway.limits.admission import Limit, LimitKind, Reservation, money_costs
 from gateway.limits.limit_store import LimitStore
+from gateway.limits.limiter import RateLimiter
 from gateway.metering.meter import Meter
 from gateway.metering.record import UsageRecord
 from gateway.metering.usage_store import UsageStore

@@ -5,9 +5,9 @@ Calls are counted with `sys.setprofile` in the gateway's own server thread (the 
 installed by `Counted`, the outermost ASGI app, on the first request it sees), and only in a
 request's context: `Counted` gives each API request a counter in a context variable, which the
 tasks and callbacks the request starts inherit, so timers and background tasks started at startup
-(probes, the key cache's revocation watch, the usage flusher) are not counted. A batch task that
-a request starts (the fair-share updates) counts to that request for as long as it runs, so the
-budget is the median request, which starts none. A coroutine resumed after
+(probes, the key cache's revocation watch, the usage flusher) are not counted. The fair share's
+batched updates run in a context of their own (gateway/routing/vtc.py), so a request never counts
+them, however long they outlive it on a busy machine. A coroutine resumed after
 an await also reports "call", at a RESUME instruction whose argument says why (0: the function's
 start; 1-3: after a yield or an await); only starts are counted, so the count does not depend on
 how often a read had to wait.

@@ -353,7 +353,7 @@ def test_a_fallback_routed_by_prefix_gets_blocks_of_its_own_size() -> None:
     from gateway.model_table import ModelConfig, ModelTable, PrefixConfig, RoutingConfig
     from gateway.observability.metrics import Metrics
     from gateway.proxy.cache_salt import SaltScope
-    from gateway.proxy.pipeline import _prompt_blocks
+    from gateway.proxy.worker_plan import prompt_blocks
     from gateway.proxy.worker_protocols import CHAT
     from gateway.routing.router import Router
 
@@ -394,14 +394,14 @@ def test_a_fallback_routed_by_prefix_gets_blocks_of_its_own_size() -> None:
     assert route is not None
     plan = router.plan(route)
     team_a, team_b = (SaltScope(b"s" * 32, team, "key_0", None) for team in ("team_a", "team_b"))
-    blocks, size = _prompt_blocks(Call(), plan, 64, team_a)  # type: ignore[arg-type]
+    blocks, size = prompt_blocks(Call(), plan, 64, team_a)  # type: ignore[arg-type]
     assert size == 256
     salt = team_a.for_model("team")
     assert blocks == body_blocks(
         orjson.dumps({**body, "model": "f", "max_tokens": 64, "cache_salt": salt}), 256
     )
     # Hashed with the salt the worker gets: another team's same prompt shares no block in the index.
-    assert not set(blocks) & set(_prompt_blocks(Call(), plan, 64, team_b)[0])  # type: ignore[arg-type]
+    assert not set(blocks) & set(prompt_blocks(Call(), plan, 64, team_b)[0])  # type: ignore[arg-type]
     f, g = router.pool("f"), router.pool("g")
     assert f is not None
     assert g is not None

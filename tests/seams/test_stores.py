@@ -20,6 +20,7 @@ HOLDS_A_CLIENT = {
     "gateway/keys/rotation.py": "the key store's rotation steps",
     "gateway/keys/listing.py": "the key store's batched reads",
     "gateway/keys/deletion.py": "the key store's team deletion steps",
+    "gateway/keys/creation.py": "the key store's key creation steps",
 }
 # The modules that are the Redis client and its plumbing (no store).
 _CLIENT_MODULES = (

@@ -196,7 +196,7 @@ def test_an_upload_that_stalls_is_cut_with_a_408() -> None:
             await stalled.wait()  # never set: the client stopped sending
             return {}
 
-        chunks = body_chunks(receive, min_rate=1000, window_s=0.05)
+        chunks = body_chunks(receive, min_rate=1000, window_s=0.05, max_bytes=1 << 20)
         assert await anext(chunks) == b"x" * 10
         await anext(chunks)
 

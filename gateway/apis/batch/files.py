@@ -11,16 +11,19 @@ from collections.abc import AsyncIterator
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from gateway.apis.batch.common import caller, listing, page_params
+from gateway.apis.batch.common import Caller, caller, listing, page_params
 from gateway.apis.batch.upload import MultipartReader, body_chunks, boundary_of, malformed
 from gateway.batch.records import MAX_FILE_BYTES, PURPOSES, FileRecord, new_file_id, object_name
+from gateway.batch.service import BatchService
 from gateway.errors import ErrorCode, GatewayError
-from gateway.files.storage import StorageError, TooLarge
+from gateway.files.storage import FileStorage, StorageError, TooLarge
 
 # An upload slower than this over any 30 s is cut (a 200 MB file at this rate takes 50 min).
 MIN_UPLOAD_RATE = 64 * 1024
 RATE_WINDOW_S = 30.0
 _MAX_FILENAME = 256
+# The multipart body around the file: its parts' headers, boundaries and small fields.
+_MAX_OVERHEAD = 1 << 20
 
 
 def _not_found(file_id: str) -> GatewayError:
@@ -43,22 +46,60 @@ async def _create_file(request: Request) -> Response:
     who = await caller(request, "files")
     service = who.service
     reader = MultipartReader(
-        body_chunks(request.receive, min_rate=MIN_UPLOAD_RATE, window_s=RATE_WINDOW_S),
+        body_chunks(
+            request.receive,
+            min_rate=MIN_UPLOAD_RATE,
+            window_s=RATE_WINDOW_S,
+            max_bytes=MAX_FILE_BYTES + _MAX_OVERHEAD,
+        ),
         boundary_of(request.headers.get("content-type", "")),
     )
-    purpose: str | None = None
-    stored: FileRecord | None = None
     file_id = new_file_id()
     name = object_name(who.team_id, file_id)
+    try:
+        record = await _kept(reader, service, file_id, who)
+    except BaseException:
+        # A file part written, then a bad part, a body too long, a client gone or Redis away: no
+        # record names those bytes, so they go now (not at the retention sweep, 30 days on).
+        with contextlib.suppress(StorageError):
+            await service.storage.delete([name])
+        raise
+    return JSONResponse(record.public())
+
+
+async def _kept(reader: MultipartReader, service: BatchService, file_id: str, who: Caller) -> FileRecord:
+    purpose, stored = await _read_upload(reader, service.storage, file_id, who.team_id, service.retention_s)
+    if purpose not in PURPOSES or stored is None:
+        if stored is None and purpose in PURPOSES:
+            raise malformed("it has no `file` part")
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST,
+            f"'purpose' must be one of {', '.join(PURPOSES)} (this gateway keeps batch files only).",
+            param="purpose",
+        )
+    record = dataclasses.replace(stored, purpose=purpose)
+    await service.files.put(who.team, record)
+    return record
+
+
+async def _read_upload(
+    reader: MultipartReader, storage: FileStorage, file_id: str, team_id: str, retention_s: float
+) -> tuple[str | None, FileRecord | None]:
+    """The upload's `purpose` and its file, written as `file_id` (its record not yet kept)."""
+    name = object_name(team_id, file_id)
+    purpose: str | None = None
+    stored: FileRecord | None = None
     while (part := await reader.next_part()) is not None:
         field, filename = part
         if field == "purpose":
             purpose = await reader.text()
-        elif field == "file" and stored is None:
+        elif field == "file" and stored is not None:
+            raise malformed("it has two `file` parts")
+        elif field == "file":
             if purpose is not None and purpose not in PURPOSES:
                 break
             try:
-                size = await service.storage.write(name, reader.read(), max_bytes=MAX_FILE_BYTES)
+                size = await storage.write(name, reader.read(), max_bytes=MAX_FILE_BYTES)
             except TooLarge:
                 raise GatewayError(
                     ErrorCode.REQUEST_TOO_LARGE,
@@ -71,29 +112,25 @@ async def _create_file(request: Request) -> Response:
             now = int(time.time())
             stored = FileRecord(
                 id=file_id,
-                team_id=who.team_id,
+                team_id=team_id,
                 size=size,
                 created_at=now,
-                filename=(filename or "upload.jsonl")[:_MAX_FILENAME],
+                filename=_shown_filename(filename),
                 purpose="",
-                expires_at=now + int(service.retention_s),
+                expires_at=now + int(retention_s),
             )
         else:
-            async for _ in reader.read():  # expires_after[...] and the like: not kept
-                pass
-    if purpose not in PURPOSES or stored is None:
-        if stored is not None:
-            await service.storage.delete([name])
-        if stored is None and purpose in PURPOSES:
-            raise malformed("it has no `file` part")
-        raise GatewayError(
-            ErrorCode.INVALID_REQUEST,
-            f"'purpose' must be one of {', '.join(PURPOSES)} (this gateway keeps batch files only).",
-            param="purpose",
-        )
-    record = dataclasses.replace(stored, purpose=purpose)
-    await service.files.put(who.team, record)
-    return JSONResponse(record.public())
+            await reader.text()  # expires_after[...] and the like: bounded, not kept
+    return purpose, stored
+
+
+def _shown_filename(raw: str | None) -> str:
+    """The client's filename as a name, not a path: its last component, without control
+    characters (a NUL, a terminal escape), bounded. It is only ever shown; objects are named by
+    the gateway."""
+    name = (raw or "").replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(c for c in name if c.isprintable())[:_MAX_FILENAME]
+    return name if name not in ("", ".", "..") else "upload.jsonl"
 
 
 async def list_files(request: Request) -> Response:

@@ -20,6 +20,8 @@ from gateway.errors import ErrorCode, GatewayError
 
 _MAX_PART_HEAD = 16 * 1024
 _MAX_FIELD = 1024
+# The SDKs send 2 to 4 parts (purpose, expires_after[anchor], expires_after[seconds], file).
+_MAX_PARTS = 16
 _BOUNDARY_RE = re.compile(r'boundary="?([0-9A-Za-z\'()+_,\-./:=? ]{1,70})"?')
 _PARAM_RE = re.compile(r';\s*([a-zA-Z*]+)="((?:[^"\\]|\\.)*)"')
 
@@ -39,11 +41,16 @@ def malformed(why: str) -> GatewayError:
     return GatewayError(ErrorCode.INVALID_REQUEST, f"The multipart body is malformed: {why}.")
 
 
-async def body_chunks(receive: Receive, *, min_rate: float, window_s: float) -> AsyncIterator[bytes]:
+async def body_chunks(
+    receive: Receive, *, min_rate: float, window_s: float, max_bytes: int
+) -> AsyncIterator[bytes]:
     """The request body's chunks; a client slower than `min_rate` bytes a second over any window of
-    `window_s` seconds gets a 408 (a slow link still uploads 200 MB; a stalled one lets go)."""
+    `window_s` seconds gets a 408 (a slow link still uploads 200 MB; a stalled one lets go). A body
+    past `max_bytes` gets a 413: parts the reader skips (a preamble, a second file, fields it does
+    not keep) would otherwise be read for as long as the client sends them."""
     window_start = time.monotonic()
     window_bytes = 0
+    total = 0
     while True:
         deadline = window_start + window_s
         try:
@@ -68,6 +75,13 @@ async def body_chunks(receive: Receive, *, min_rate: float, window_s: float) -> 
             continue
         chunk: bytes = message.get("body", b"")
         window_bytes += len(chunk)
+        total += len(chunk)
+        if total > max_bytes:
+            raise GatewayError(
+                ErrorCode.REQUEST_TOO_LARGE,
+                f"An upload may hold at most {max_bytes} bytes.",
+                headers={"connection": "close"},
+            )
         if chunk:
             yield chunk
         if not message.get("more_body", False):
@@ -86,6 +100,7 @@ class MultipartReader:
         self._delimiter = b"\r\n--" + boundary
         self._ended = False
         self._in_part = False
+        self._parts = 0
 
     async def _fill(self) -> bool:
         if self._ended:
@@ -116,6 +131,9 @@ class MultipartReader:
                 raise malformed("it ends after a boundary")
         if self._buf[:2] == b"--":
             return None
+        self._parts += 1
+        if self._parts > _MAX_PARTS:
+            raise malformed(f"it has more than {_MAX_PARTS} parts")
         while True:
             end = self._buf.find(b"\r\n\r\n")
             if end >= 0:
