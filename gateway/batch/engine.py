@@ -60,15 +60,18 @@ def interactive_limits(limits: LimitSet) -> LimitSet:
     )
 
 
-def idle_for_batch(route: ModelRoute, mine: int) -> bool:
+def idle_for_batch(route: ModelRoute, mine: int, starting: int = 0) -> bool:
     """Whether a line of this model may start now, with `mine` of its lines running on this
-    replica (the rules in the module's docstring)."""
+    replica (the rules in the module's docstring). `starting` lines were just started and may not
+    hold their slot yet: they count as in flight, or one wake would start lines up to the share
+    beside whatever interactive requests hold (counted twice once routed, which errs on the side
+    of the interactive requests until the next look)."""
     for pool in route.pools:
         usable = [e for e in pool.endpoints if e.usable]
         if not usable or pool.queue:
             continue
         share = pool.model.routing.batch_share * len(usable) * pool.max_inflight
-        inflight = sum(e.inflight for e in pool.endpoints)
+        inflight = sum(e.inflight for e in pool.endpoints) + starting
         if inflight >= share or mine >= share:
             continue
         if any(e.waiting > 0 for e in usable):
@@ -108,6 +111,10 @@ class BatchEngine:
         self._steps: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._lines: dict[tuple[str, str, int], asyncio.Task[None]] = {}
         self._per_model: Counter[str] = Counter()
+        # Lines started in this look (any batch), per model, that may not hold their slot yet
+        # (idle_for_batch). A look that comes while a line of the last one is still on its way to
+        # its slot (a step ending then) can start one line too many; the next line's end corrects.
+        self._starting: Counter[str] = Counter()
         self._turn = 0
         self.started_lines = 0  # for tests and the log: lines this replica started
 
@@ -162,6 +169,7 @@ class BatchEngine:
 
     async def _tick(self) -> None:
         queued: Counter[tuple[str, str]] = Counter()
+        self._starting.clear()
         active = await self._store.active()
         # Each tick starts from the next batch: free slots go round the batches, not to the first.
         self._turn = (self._turn + 1) % max(1, len(active))
@@ -217,7 +225,8 @@ class BatchEngine:
         return route.pools[0].name if route is not None and route.pools else "none"
 
     def idle(self, route: ModelRoute) -> bool:
-        return idle_for_batch(route, self._per_model[route.model.name])
+        name = route.model.name
+        return idle_for_batch(route, self._per_model[name], self._starting[name])
 
     async def _principal(self, batch: Batch) -> tuple[Principal | None, int | None]:
         """The batch's key as a line's caller (None: revoked, expired, denied batches, or its team
@@ -256,6 +265,7 @@ class BatchEngine:
                 continue
             self._per_model[batch.model] += 1
             self.started_lines += 1
+            self._starting[batch.model] += 1
             self._lines[key] = asyncio.ensure_future(self._line(batch, line, principal, route))
 
     async def _line(

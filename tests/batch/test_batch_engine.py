@@ -226,3 +226,58 @@ def test_batch_lines_go_behind_interactive_requests_in_a_priority_engine(
         record = worker_record(fake_worker, line["response"]["request_id"])
         assert record is not None
         assert record["body"]["priority"] == BATCH_PRIORITY
+
+
+class PeakConcurrency:
+    """The worker's requests in flight, and the most there ever were (a counter, not a clock)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.now = 0
+        self.peak = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/chat/completions":
+            await self.app(scope, receive, send)
+            return
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.now -= 1
+
+
+def test_lines_started_at_once_count_against_the_share_beside_interactive_requests(
+    make_gateway: GatewayFactory, files_dir: Path
+) -> None:
+    # 4 slots, batch_share 0.5: with one interactive request in flight one line may run, not two
+    # (lines started in one look count as in flight before they hold their slot).
+    worker = PeakConcurrency(
+        DefaultHeaders(create_fake_worker([FAKE_MODEL]), {"x-fake-first-token-delay-ms": "100"})
+    )
+    with (
+        run_uvicorn(worker) as url,
+        # A long poll: the engine looks again only when a line ends (or a step does).
+        make_gateway(_table(url), files_url=f"file://{files_dir}", batch_poll_interval_s=30.0) as gw,
+    ):
+        client = gw.client(gw.new_key()["key"])
+
+        def interactive() -> str:
+            answer = client.chat.completions.create(
+                model=FAKE_MODEL,
+                messages=[{"role": "user", "content": "hi"}],
+                extra_headers={"x-fake-first-token-delay-ms": "2000"},
+            )
+            return answer.choices[0].message.content or ""
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            held = pool.submit(interactive)
+            wait_until(lambda: worker.now == 1, 30, "the interactive request reached the worker")
+            done = wait_for_batch(client, _batch(client, 6))
+            assert held.result()
+    assert done.status == "completed"
+    assert done.request_counts is not None
+    assert done.request_counts.completed == 6
+    # The interactive request and at most one line at once while it ran; two lines once it ended.
+    assert worker.peak == 2

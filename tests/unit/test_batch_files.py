@@ -157,6 +157,10 @@ def test_a_line_starts_only_on_capacity_interactive_requests_leave() -> None:
         endpoint = pool.endpoints[0]
         assert idle_for_batch(route, 0)
         assert not idle_for_batch(route, 2)  # this replica's lines at their share (0.5 x 4)
+        endpoint.inflight = 1
+        assert idle_for_batch(route, 1, starting=0)
+        # One line just started beside an interactive request: at the share before it holds its slot.
+        assert not idle_for_batch(route, 1, starting=1)
         endpoint.inflight = 2
         assert not idle_for_batch(route, 0)  # the pool's requests in flight at the share
         endpoint.inflight = 1
