@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis.asyncio
@@ -17,7 +18,23 @@ from gateway.errors import StoreUnavailable
 from gateway.redis import keys
 from tests.batch.conftest import chat_lines, upload, wait_for_batch
 from tests.conftest import Gateway
-from tests.redis_cluster import RedisServer
+from tests.redis_cluster import RedisServer, sync_client
+
+
+@pytest.fixture(autouse=True)
+def _no_batch_left_active(redis_server: RedisServer) -> Iterator[None]:
+    """The batches these tests make by hand are taken off the engines' active set afterwards:
+    left there, any later gateway on the session's Redis would finalize them into its own file
+    store (a stranger's objects in another test's bucket)."""
+    client = sync_client(redis_server.url)
+    try:
+        before = set(client.smembers(keys.BATCHES_ACTIVE))
+        yield
+        made = set(client.smembers(keys.BATCHES_ACTIVE)) - before
+        if made:
+            client.srem(keys.BATCHES_ACTIVE, *made)
+    finally:
+        client.close()
 
 
 def _batch(team: str) -> Batch:
