@@ -46,6 +46,11 @@ from gateway.state import AppState
 
 log = logging.getLogger("sluicegate.batch")
 
+# Lines of a batch that cannot run (its key revoked or denied batches, its model gone) are failed
+# this many at a time per replica, and per look: each line ending wakes the engine for the next.
+# Not all at once: a batch has up to max_batch_lines lines, each a task and its writes.
+DEAD_LINES_AT_ONCE = 16
+
 
 def interactive_limits(limits: LimitSet) -> LimitSet:
     """The limits with what guards interactive traffic taken out (requests and tokens per minute,
@@ -116,7 +121,11 @@ class BatchEngine:
         # its slot (a step ending then) can start one line too many; the next line's end corrects.
         self._starting: Counter[str] = Counter()
         self._turn = 0
+        # Per batch, its lines being failed here (DEAD_LINES_AT_ONCE).
+        self._dead: Counter[tuple[str, str]] = Counter()
         self.started_lines = 0  # for tests and the log: lines this replica started
+        self.peak_lines = 0  # for tests: the most line tasks this replica held at once
+        self.peak_look = 0  # for tests: the most lines one look at a batch started
 
     def start(self, state: AppState) -> None:
         self._state = state
@@ -252,7 +261,13 @@ class BatchEngine:
         if route is not None and not self.idle(route):
             return  # no capacity to give: no key lookup either
         principal, max_inflight = await self._principal(batch)
-        while principal is None or route is None or self.idle(route):
+        dead = principal is None or route is None
+        started = 0
+        while dead or (route is not None and self.idle(route)):
+            # One look starts at most that many as well: the rest wait for the next look (woken as
+            # each ends), and the other batches get their turn in between.
+            if dead and max(started, self._dead[(batch.team, batch.id)]) >= DEAD_LINES_AT_ONCE:
+                return
             code, line = await self._store.claim(
                 batch, self.token, lease_s=self._lease_s, max_inflight=max_inflight
             )
@@ -266,10 +281,15 @@ class BatchEngine:
             self._per_model[batch.model] += 1
             self.started_lines += 1
             self._starting[batch.model] += 1
-            self._lines[key] = asyncio.ensure_future(self._line(batch, line, principal, route))
+            if dead:
+                self._dead[(batch.team, batch.id)] += 1
+            self._lines[key] = asyncio.ensure_future(self._line(batch, line, principal, route, dead))
+            started += 1
+            self.peak_lines = max(self.peak_lines, len(self._lines))
+            self.peak_look = max(self.peak_look, started)
 
     async def _line(
-        self, batch: Batch, line: int, principal: Principal | None, route: ModelRoute | None
+        self, batch: Batch, line: int, principal: Principal | None, route: ModelRoute | None, dead: bool
     ) -> None:
         pool = self._pool_of(batch.model)
         self._metrics.running(pool, batch.team, +1)
@@ -294,4 +314,8 @@ class BatchEngine:
             self._metrics.done(pool, batch.team, kind)
             self._per_model[batch.model] -= 1
             self._lines.pop((batch.team, batch.id, line), None)
+            if dead:
+                self._dead[(batch.team, batch.id)] -= 1
+                if self._dead[(batch.team, batch.id)] <= 0:
+                    del self._dead[(batch.team, batch.id)]
             self.wake()

@@ -17,6 +17,8 @@ import pytest
 import redis
 
 from gateway.apis.batch.upload import MultipartReader, body_chunks
+from gateway.batch import service as service_module
+from gateway.batch.engine import DEAD_LINES_AT_ONCE, BatchEngine
 from gateway.batch.validation import Validator
 from gateway.errors import GatewayError
 from gateway.model_table import ModelConfig, ModelTable, RoutingConfig
@@ -146,6 +148,42 @@ def test_a_key_whose_batches_are_taken_away_runs_no_more_lines(
         assert done.error_file_id is not None
         errors = jsonl(gw.client(gw.new_key(team=key["team"])["key"]).files.content(done.error_file_id).text)
         assert {line["error"]["code"] for line in errors} == {"invalid_api_key"}
+
+
+def test_a_revoked_keys_lines_are_failed_a_bounded_number_at_a_time(
+    make_gateway: GatewayFactory, files_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review of the Batch API: the lines of a batch whose key is revoked all fail as the key's,
+    DEAD_LINES_AT_ONCE at a time, not every remaining line claimed (a task each) in one look."""
+    engines: list[BatchEngine] = []
+
+    class CountedEngine(BatchEngine):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            engines.append(self)
+
+    monkeypatch.setattr(service_module, "BatchEngine", CountedEngine)
+    lines = 4 * DEAD_LINES_AT_ONCE
+    with gated_gateway(make_gateway, files_dir) as (gw, worker):
+        key = gw.new_key()
+        client = gw.client(key["key"])
+        batch = _create(client, lines)
+        assert worker.arrived.wait(30)  # one line runs (one slot for batches), held
+        gw.admin.call("DELETE", f"/admin/v1/keys/{key['id']}")
+        worker.gate.set()
+        reader = gw.client(gw.new_key(team=key["team"])["key"])
+        done = wait_for_batch(reader, batch.id)
+        assert done.request_counts is not None
+        assert done.request_counts.failed >= lines - 1
+        assert done.error_file_id is not None
+        errors = jsonl(reader.files.content(done.error_file_id).text)
+        assert len(errors) == done.request_counts.failed
+        assert {line["error"]["code"] for line in errors} == {"invalid_api_key"}
+    (engine,) = engines
+    assert engine.started_lines >= lines
+    assert engine.peak_look <= DEAD_LINES_AT_ONCE
+    # The held line and at most DEAD_LINES_AT_ONCE lines being failed.
+    assert engine.peak_lines <= DEAD_LINES_AT_ONCE + 1
 
 
 def _part(name: str, value: bytes, filename: str | None = None) -> bytes:
