@@ -256,8 +256,8 @@ def create_app(
             if settings.files_url is None
             else BatchService(
                 settings,
-                files=FileStore(redis),
-                batches=BatchStore(redis),
+                files=FileStore(redis, retention_s=settings.files_retention_s),
+                batches=BatchStore(redis, retention_s=settings.files_retention_s),
                 router=router,
                 keystore=keystore,
                 pipeline=pipeline,

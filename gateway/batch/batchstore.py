@@ -3,7 +3,7 @@ each batch's lines (queue, leases, answers) moved only by the batch_*.lua script
 line is answered exactly once whichever replicas run, die or restart (docs/batch.md).
 
     sg:batches:active                 SET   "<team>/<batch id>" of batches not yet final
-    sg:{t:<team>}:batches             ZSET  batch id -> created_at (ms)
+    sg:{t:<team>}:batches             ZSET  batch id -> created_at (ms), pruned as files' index is
     sg:{t:<team>}:batch:<id>          HASH  spec (JSON), status, total, completed, failed, <x>_at,
                                             model, output_file_id, error_file_id, errors, usage.*
     sg:{t:<team>}:batch:<id>:pending|leases|owners|results|tries   (gateway.redis.keys.batch_lines)
@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from gateway.batch.filestore import prune_index
 from gateway.batch.records import Batch
 from gateway.batch.validation import SPAN_SIZE, span_of
 from gateway.redis import keys
@@ -31,8 +32,9 @@ CLAIMED, NOTHING, TEAM_FULL, NOT_RUNNING = 1, 0, -1, -2
 
 
 class BatchStore(RedisStore):
-    def __init__(self, redis: RedisClient) -> None:
+    def __init__(self, redis: RedisClient, *, retention_s: float) -> None:
         super().__init__(redis)
+        self._retention_s = retention_s  # no record outlives its creation by more
         self._start = load_script(redis, "batch_start")
         self._claim = load_script(redis, "batch_claim")
         self._renew = load_script(redis, "batch_renew")
@@ -46,12 +48,13 @@ class BatchStore(RedisStore):
 
     async def create(self, batch: Batch) -> None:
         record = keys.batch_record(batch.team, batch.id)
+        index = keys.batches_index(batch.team)
+        now_ms = time.time() * 1000
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(record, mapping={"spec": batch.spec_json(), "status": "validating", "total": 0})
             pipe.expireat(record, batch.retain_until)
-            pipe.zadd(
-                keys.batches_index(batch.team), {batch.id: time.time() * 1000}
-            )  # ms: order within a second
+            pipe.zadd(index, {batch.id: now_ms})  # ms: order within a second
+            prune_index(pipe, index, now_ms, self._retention_s)
             pipe.sadd(keys.BATCHES_ACTIVE, f"{batch.team}/{batch.id}")
             await pipe.execute()
 

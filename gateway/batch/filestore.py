@@ -1,8 +1,9 @@
 """The Redis side of files: each file's record (a string, expiring with the file) and the team's
-index of them (a ZSET by creation, pruned of expired records as it is read).
+index of them (a ZSET by creation, pruned of expired records as it is read, and of those older
+than the retention on each add: bounded for a team that never lists).
 
     sg:{t:<team>}:file:<id>   STR   the record (gateway.batch.records.FileRecord), EXPIREAT
-    sg:{t:<team>}:files       ZSET  file id -> created_at (ms)
+    sg:{t:<team>}:files       ZSET  file id -> created_at (ms), EXPIRE retention after the last add
 """
 
 from __future__ import annotations
@@ -18,14 +19,27 @@ from gateway.redis.store import RedisStore
 MAX_PAGE = 100
 
 
+def prune_index(pipe: Any, index: str, now_ms: float, retention_s: float) -> None:
+    """Queues, after an add to a team's index (ZSET by creation, ms), the removal of entries whose
+    record has expired by now (created more than the retention ago) and the index's own expiry a
+    retention after this add (past every record it names): a team that never lists its files or
+    batches, which prunes the rest, keeps an index no larger than one retention's adds."""
+    pipe.zremrangebyscore(index, "-inf", now_ms - retention_s * 1000)
+    pipe.pexpire(index, int(retention_s * 1000) + 1000)
+
+
 class FileStore(RedisStore):
-    def __init__(self, redis: RedisClient) -> None:
+    def __init__(self, redis: RedisClient, *, retention_s: float) -> None:
         super().__init__(redis)
+        self._retention_s = retention_s  # no record outlives its creation by more
 
     async def put(self, team: str, record: FileRecord) -> None:
+        index = keys.files_index(team)
+        now_ms = time.time() * 1000
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(keys.file_record(team, record.id), record.to_json(), exat=record.expires_at)
-            pipe.zadd(keys.files_index(team), {record.id: time.time() * 1000})  # ms: order within a second
+            pipe.zadd(index, {record.id: now_ms})  # ms: order within a second
+            prune_index(pipe, index, now_ms, self._retention_s)
             await pipe.execute()
 
     async def get(self, team: str, team_id: str, file_id: str) -> FileRecord | None:

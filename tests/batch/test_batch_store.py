@@ -13,7 +13,8 @@ import pytest
 import redis.asyncio
 
 from gateway.batch.batchstore import CLAIMED, NOTHING, TEAM_FULL, BatchStore
-from gateway.batch.records import Batch
+from gateway.batch.filestore import FileStore
+from gateway.batch.records import Batch, FileRecord
 from gateway.errors import StoreUnavailable
 from gateway.redis import keys
 from tests.batch.conftest import chat_lines, upload, wait_for_batch
@@ -57,7 +58,7 @@ def _batch(team: str) -> Batch:
 def test_each_line_is_answered_once_by_its_leases_holder(redis_server: RedisServer) -> None:
     async def run() -> None:
         client = redis.asyncio.Redis.from_url(redis_server.url)
-        store = BatchStore(client)
+        store = BatchStore(client, retention_s=3600)
         team = "team-" + secrets.token_hex(4)
         batch = _batch(team)
         await store.create(batch)
@@ -121,7 +122,7 @@ def test_a_stopped_batch_whose_replica_died_mid_line_still_ends(redis_server: Re
 
     async def run() -> None:
         client = redis.asyncio.Redis.from_url(redis_server.url)
-        store = BatchStore(client)
+        store = BatchStore(client, retention_s=3600)
         for how, ending in (("cancelling", "cancelled"), ("expiring", "expired")):
             team = "team-" + secrets.token_hex(4)
             batch = _batch(team)
@@ -143,7 +144,7 @@ def test_a_batch_whose_every_line_was_answered_when_its_window_ended_completed(
 ) -> None:
     async def run() -> None:
         client = redis.asyncio.Redis.from_url(redis_server.url)
-        store = BatchStore(client)
+        store = BatchStore(client, retention_s=3600)
         team = "team-" + secrets.token_hex(4)
         batch = _batch(team)
         await store.create(batch)
@@ -163,7 +164,7 @@ def test_a_batch_cancelled_while_validating_stays_cancelled_when_its_validation_
 ) -> None:
     async def run() -> None:
         client = redis.asyncio.Redis.from_url(redis_server.url)
-        store = BatchStore(client)
+        store = BatchStore(client, retention_s=3600)
         team = "team-" + secrets.token_hex(4)
         batch = _batch(team)
         await store.create(batch)
@@ -184,13 +185,41 @@ def test_a_redis_failure_reading_the_answers_is_the_stores_error(redis_server: R
 
     async def run() -> None:
         client = redis.asyncio.Redis.from_url(redis_server.url)
-        store = BatchStore(client)
+        store = BatchStore(client, retention_s=3600)
         team = "team-" + secrets.token_hex(4)
         batch = _batch(team)
         await client.set(keys.batch_lines(team, batch.id)[3], b"not a hash")
         with pytest.raises(StoreUnavailable):
             async for _ in store.results(team, batch.id):
                 pass
+        await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_teams_indexes_stay_bounded_without_being_listed(redis_server: RedisServer) -> None:
+    """Review of the Batch API: a team that adds files and batches but never lists them (listing
+    prunes) keeps indexes no larger than one retention's adds, and indexes that expire after it.
+    The clock is the entries' scores: those written a retention ago stand for old adds."""
+    retention_s = 60
+
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(redis_server.url)
+        files = FileStore(client, retention_s=retention_s)
+        batches = BatchStore(client, retention_s=retention_s)
+        team = "team-" + secrets.token_hex(4)
+        now_ms = time.time() * 1000
+        old = {f"old-{i}": now_ms - (retention_s + 1) * 1000 - i for i in range(50)}
+        young = {"young": now_ms - retention_s * 1000 / 2}
+        for index in (keys.files_index(team), keys.batches_index(team)):
+            await client.zadd(index, {**old, **young})
+        now = int(time.time())
+        record = FileRecord("file-new", "team_x", 1, now, "a.jsonl", "batch", now + retention_s)
+        await files.put(team, record)
+        await batches.create(_batch(team))
+        for index in (keys.files_index(team), keys.batches_index(team)):
+            assert await client.zcard(index) == 2  # the young entry and the one just added
+            assert 0 < await client.pttl(index) <= (retention_s + 1) * 1000
         await client.aclose()
 
     asyncio.run(run())
