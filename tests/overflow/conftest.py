@@ -109,9 +109,10 @@ def chat(gw: Gateway, key: str, **kwargs: Any) -> Any:
     )
 
 
-def assert_refused_at_deadline(gw: Gateway, key: str) -> None:
-    """A request with a 200 ms deadline, sent while the pool is busy and the provider's breaker
-    open: it is not sent to the provider but waits for the pool, and its deadline refuses it."""
+def refused_at_deadline(gw: Gateway, key: str) -> None:
+    """Asserts a request with a 200 ms deadline, sent while the pool is busy and the provider's
+    breaker open, is refused: not sent to the provider, it waits for the pool, and its deadline
+    refuses it."""
     with pytest.raises(openai.APIStatusError) as raised:
         chat(gw, key, extra_headers={"x-sluicegate-deadline-ms": "200"})
     assert raised.value.body["code"] == "deadline_unreachable"  # type: ignore[index]

@@ -12,14 +12,7 @@ import pytest
 
 from tests.conftest import Gateway, GatewayFactory
 from tests.http import post, sse_data
-from tests.overflow.conftest import (
-    MODEL,
-    allowed_team,
-    assert_refused_at_deadline,
-    busy_pool,
-    chat,
-    overflow_table,
-)
+from tests.overflow.conftest import MODEL, allowed_team, busy_pool, chat, overflow_table, refused_at_deadline
 from tests.overflow.provider import PROVIDER_MODEL, Provider
 from tests.waiting import wait_until
 
@@ -195,7 +188,7 @@ def test_a_provider_answering_garbage_with_200s_opens_its_breaker(
                     chat(gw, key)
                 assert raised.value.status_code == 502
             # Its breaker is open: the next request waits for the pool, and its deadline refuses it.
-            assert_refused_at_deadline(gw, key)
+            refused_at_deadline(gw, key)
         assert len(provider.received) - before == 2
 
 
@@ -216,7 +209,7 @@ def test_a_provider_breaking_every_stream_after_its_first_token_opens_its_breake
                 events = sse_data(reply.body)
                 assert any(b"tok0" in event for event in events)
                 assert any(b'"error"' in event for event in events)
-            assert_refused_at_deadline(gw, key)
+            refused_at_deadline(gw, key)
         assert len(provider.received) - before == 2
 
 

@@ -12,14 +12,7 @@ import pytest
 
 from tests.conftest import Gateway, GatewayFactory
 from tests.http import post
-from tests.overflow.conftest import (
-    MODEL,
-    allowed_team,
-    assert_refused_at_deadline,
-    busy_pool,
-    chat,
-    overflow_table,
-)
+from tests.overflow.conftest import MODEL, allowed_team, busy_pool, chat, overflow_table, refused_at_deadline
 from tests.overflow.provider import Provider
 from tests.waiting import wait_until
 
@@ -177,7 +170,7 @@ def test_provider_429s_open_its_breaker(
                 assert "provider-model" not in message
             # The breaker is open: the next request is not sent to the provider; it waits for the
             # pool as without an overflow, and its deadline refuses it.
-            assert_refused_at_deadline(gw, key)
+            refused_at_deadline(gw, key)
         assert len(provider.received) - before == 2
 
 
