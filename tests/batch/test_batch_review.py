@@ -92,6 +92,17 @@ def _outcome(gw: Gateway, outcome: str) -> float:
     )
 
 
+def _assert_batch_billed_as_chat(gw: Gateway, client: openai.OpenAI, team: str) -> None:
+    """The team's batch rows bill exactly the tokens of one interactive request of the same line
+    (`hello 0`): the batch's single line was billed once."""
+    client.chat.completions.create(model=FAKE_MODEL, messages=[{"role": "user", "content": "hello 0"}])
+    wait_until(lambda: any(r["api"] == "chat" for r in gw.usage(team)), 10, "the chat row")
+    rows = gw.usage(team)
+    chat = next(r for r in rows if r["api"] == "chat")
+    billed = sum(r["prompt_tokens"] + r["completion_tokens"] for r in rows if r["api"] == "batch")
+    assert billed == chat["prompt_tokens"] + chat["completion_tokens"]
+
+
 def test_a_late_answer_after_the_lease_went_elsewhere_is_not_billed(
     make_gateway: GatewayFactory, files_dir: Path, redis_client: redis.Redis
 ) -> None:
@@ -118,12 +129,7 @@ def test_a_late_answer_after_the_lease_went_elsewhere_is_not_billed(
         done = wait_for_batch(client, batch.id)
         assert (done.status, done.request_counts.completed) == ("completed", 1)
         # An interactive request metered after the batch: every batch row is in by then.
-        client.chat.completions.create(model=FAKE_MODEL, messages=[{"role": "user", "content": "hello 0"}])
-        wait_until(lambda: any(r["api"] == "chat" for r in gw.usage(team)), 10, "the chat row")
-        rows = gw.usage(team)
-        chat = next(r for r in rows if r["api"] == "chat")
-        billed = sum(r["prompt_tokens"] + r["completion_tokens"] for r in rows if r["api"] == "batch")
-        assert billed == chat["prompt_tokens"] + chat["completion_tokens"]
+        _assert_batch_billed_as_chat(gw, client, team)
 
 
 def test_a_key_whose_batches_are_taken_away_runs_no_more_lines(
@@ -334,12 +340,7 @@ def test_an_answer_redis_failed_to_write_is_not_billed(
         redis_client.zadd(leases, {"0": 0})  # its lease lapses: the line runs again
         done = wait_for_batch(client, batch.id)
         assert (done.status, done.request_counts.completed) == ("completed", 1)
-        client.chat.completions.create(model=FAKE_MODEL, messages=[{"role": "user", "content": "hello 0"}])
-        wait_until(lambda: any(r["api"] == "chat" for r in gw.usage(team)), 10, "the chat row")
-        rows = gw.usage(team)
-        chat = next(r for r in rows if r["api"] == "chat")
-        billed = sum(r["prompt_tokens"] + r["completion_tokens"] for r in rows if r["api"] == "batch")
-        assert billed == chat["prompt_tokens"] + chat["completion_tokens"]
+        _assert_batch_billed_as_chat(gw, client, team)
 
 
 def test_a_lines_body_has_the_bounds_of_an_interactive_body(

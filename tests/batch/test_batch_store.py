@@ -55,13 +55,19 @@ def _batch(team: str) -> Batch:
     )
 
 
+async def _created(store: BatchStore) -> tuple[str, Batch]:
+    """A new team, and a batch of it created in the store."""
+    team = "team-" + secrets.token_hex(4)
+    batch = _batch(team)
+    await store.create(batch)
+    return team, batch
+
+
 def test_each_line_is_answered_once_by_its_leases_holder(redis_server: RedisServer) -> None:
     async def run() -> None:
         client = redis.asyncio.Redis.from_url(redis_server.url)
         store = BatchStore(client, retention_s=3600)
-        team = "team-" + secrets.token_hex(4)
-        batch = _batch(team)
-        await store.create(batch)
+        team, batch = await _created(store)
         assert await store.start(batch, 3, max_lines=10) == 1
         assert await store.queued(team) == 3
         a, b = "replica-a", "replica-b"
@@ -124,9 +130,7 @@ def test_a_stopped_batch_whose_replica_died_mid_line_still_ends(redis_server: Re
         client = redis.asyncio.Redis.from_url(redis_server.url)
         store = BatchStore(client, retention_s=3600)
         for how, ending in (("cancelling", "cancelled"), ("expiring", "expired")):
-            team = "team-" + secrets.token_hex(4)
-            batch = _batch(team)
-            await store.create(batch)
+            team, batch = await _created(store)
             assert await store.start(batch, 3, max_lines=10) == 1
             assert await store.claim(batch, "dead-replica", lease_s=0.001, max_inflight=None) == (CLAIMED, 0)
             await store.stop(team, batch.id, how)
@@ -145,9 +149,7 @@ def test_a_batch_whose_every_line_was_answered_when_its_window_ended_completed(
     async def run() -> None:
         client = redis.asyncio.Redis.from_url(redis_server.url)
         store = BatchStore(client, retention_s=3600)
-        team = "team-" + secrets.token_hex(4)
-        batch = _batch(team)
-        await store.create(batch)
+        team, batch = await _created(store)
         assert await store.start(batch, 1, max_lines=10) == 1
         assert await store.claim(batch, "a", lease_s=30, max_inflight=None) == (CLAIMED, 0)
         answer = {"ok": True, "value": b"o{}", "input_tokens": 1, "output_tokens": 2}
@@ -165,9 +167,7 @@ def test_a_batch_cancelled_while_validating_stays_cancelled_when_its_validation_
     async def run() -> None:
         client = redis.asyncio.Redis.from_url(redis_server.url)
         store = BatchStore(client, retention_s=3600)
-        team = "team-" + secrets.token_hex(4)
-        batch = _batch(team)
-        await store.create(batch)
+        team, batch = await _created(store)
         await store.stop(team, batch.id, "cancelling")
         await store.fail(batch, [{"code": "invalid_json", "message": "x", "param": None, "line": 1}])
         got = await store.get(team, batch.id)

@@ -50,6 +50,14 @@ def _start_batch(client: openai.OpenAI) -> str:
     ).id
 
 
+def _team_batch(gw: GatewayProcess, prefix: str) -> tuple[str, openai.OpenAI, str]:
+    """A new team on `gw`, its client, and the batch it started."""
+    team = prefix + os.urandom(3).hex()
+    gw.admin.call("POST", "/admin/v1/teams", {"name": team})
+    client = _client(gw, team)
+    return team, client, _start_batch(client)
+
+
 def _exactly_once(client: openai.OpenAI, batch_id: str) -> None:
     done = wait_for_batch(client, batch_id, within_s=120)
     assert done.status == "completed", done
@@ -78,10 +86,7 @@ def test_a_replica_killed_mid_batch_loses_and_repeats_no_line(
         models = _models(worker)
         first = start_gateway(own_redis.url, models=models, **_settings(tmp_path / "files"))
         second = start_gateway(own_redis.url, models=models, **_settings(tmp_path / "files"))
-        team = "team-kill-" + os.urandom(3).hex()
-        first.admin.call("POST", "/admin/v1/teams", {"name": team})
-        client = _client(first, team)
-        batch_id = _start_batch(client)
+        team, client, batch_id = _team_batch(first, "team-kill-")
         wait_until(lambda: _completed(client, batch_id) >= 2, 60, "lines answered")
         # Killed while it holds lines in flight: their leases lapse, the second replica runs them.
         wait_until(lambda: _running(first) > 0, 30, "a line in flight on the first replica")
@@ -101,10 +106,7 @@ def test_redis_restarted_mid_batch_loses_and_repeats_no_line(
 ) -> None:
     with slow_worker(200) as worker:
         gw = start_gateway(own_redis.url, models=_models(worker), **_settings(tmp_path / "files"))
-        team = "team-redis-" + os.urandom(3).hex()
-        gw.admin.call("POST", "/admin/v1/teams", {"name": team})
-        client = _client(gw, team)
-        batch_id = _start_batch(client)
+        _, client, batch_id = _team_batch(gw, "team-redis-")
         wait_until(lambda: _completed(client, batch_id) >= 3, 60, "lines answered before the restart")
         # SIGKILL: no shutdown write; the append-only file (appendfsync always) holds every
         # acknowledged write.
@@ -126,10 +128,7 @@ def test_a_batch_survives_a_gateway_restart(
     with slow_worker(200) as worker:
         models = _models(worker)
         gw = start_gateway(own_redis.url, models=models, **_settings(tmp_path / "files"))
-        team = "team-restart-" + os.urandom(3).hex()
-        gw.admin.call("POST", "/admin/v1/teams", {"name": team})
-        client = _client(gw, team)
-        batch_id = _start_batch(client)
+        team, client, batch_id = _team_batch(gw, "team-restart-")
         wait_until(lambda: _completed(client, batch_id) >= 2, 60, "lines answered before the restart")
         gw.stop()  # SIGTERM, as a rollout stops a pod: its running lines are cut and run again
         again = start_gateway(own_redis.url, models=models, **_settings(tmp_path / "files"))

@@ -107,3 +107,12 @@ def chat(gw: Gateway, key: str, **kwargs: Any) -> Any:
     return client.chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": "one two three four"}], **kwargs
     )
+
+
+def refused_at_deadline(gw: Gateway, key: str) -> None:
+    """Asserts a request with a 200 ms deadline, sent while the pool is busy and the provider's
+    breaker open, is refused: not sent to the provider, it waits for the pool, and its deadline
+    refuses it."""
+    with pytest.raises(openai.APIStatusError) as raised:
+        chat(gw, key, extra_headers={"x-sluicegate-deadline-ms": "200"})
+    assert raised.value.body["code"] == "deadline_unreachable"  # type: ignore[index]

@@ -150,7 +150,7 @@ async def list_files(request: Request) -> Response:
     return JSONResponse(listing([r.public() for r in records], more))
 
 
-async def _file(request: Request) -> tuple[FileRecord, object]:
+async def _file(request: Request) -> tuple[FileRecord, Caller]:
     who = await caller(request, "files")
     file_id = request.path_params["file_id"]
     record = await who.service.files.get(who.team, who.team_id, file_id)
@@ -165,11 +165,8 @@ async def retrieve_file(request: Request) -> Response:
 
 
 async def file_content(request: Request) -> Response:
-    who = await caller(request, "files")
+    record, who = await _file(request)
     file_id = request.path_params["file_id"]
-    record = await who.service.files.get(who.team, who.team_id, file_id)
-    if record is None:
-        raise _not_found(file_id)
     chunks = who.service.storage.read(object_name(who.team_id, file_id))
     try:
         first = await anext(chunks, b"")
@@ -192,11 +189,8 @@ async def file_content(request: Request) -> Response:
 
 
 async def delete_file(request: Request) -> Response:
-    who = await caller(request, "files")
+    _, who = await _file(request)
     file_id = request.path_params["file_id"]
-    record = await who.service.files.get(who.team, who.team_id, file_id)
-    if record is None:
-        raise _not_found(file_id)
     await who.service.files.delete(who.team, file_id)
     # The record is gone, so the bytes are never served; on a store failure the sweep takes them.
     with contextlib.suppress(StorageError):
